@@ -1,0 +1,1 @@
+"""The ctxfold command line."""

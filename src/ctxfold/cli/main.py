@@ -1,0 +1,62 @@
+"""The ``ctxfold`` command: parse arguments, call the API, print.
+
+Each subcommand lives in its own module with a ``register(subparsers)`` function that adds
+its parser and sets ``func``. Command modules import heavy dependencies inside their
+handlers so ``ctxfold --help`` stays fast.
+
+Exit codes: 0 success, 1 a ctxfold error (message on stderr), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ctxfold import __version__
+from ctxfold.kernel.errors import CtxfoldError
+
+#: Subcommand modules, in the order ``--help`` lists them.
+COMMAND_MODULES: tuple[str, ...] = (
+    "ctxfold.cli.plugins_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (exposed for docs and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="ctxfold",
+        description="Context maintenance for long-running LLM agents.",
+    )
+    parser.add_argument("--version", action="version", version=f"ctxfold {__version__}")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="project config file (default: ./ctxfold.toml when present)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ctxfold`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except CtxfoldError as exc:
+        print(f"ctxfold: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ctxfold: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return int(result or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

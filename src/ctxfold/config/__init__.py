@@ -1,0 +1,1 @@
+"""Configuration: schema, load pipeline, legacy migration."""

@@ -1,0 +1,1 @@
+"""ctxfold kernel: hooks, registry, value objects, errors and the maintenance engine."""

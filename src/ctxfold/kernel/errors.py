@@ -1,0 +1,117 @@
+"""The ctxfold exception tree.
+
+::
+
+    CtxfoldError
+    ├── ConfigError                 invalid TOML, unknown key, wrong type, out-of-range value
+    ├── PluginError                 unknown or duplicate strategy name, broken plugin
+    ├── SessionError                hostile/invalid session id, unknown session, bad operation
+    │   └── ToolResultError         session:tool_result lookup or paging error
+    ├── StoreError                  transcript file unreadable or corrupt (names file and line)
+    │   └── SidecarError            sidecar unreadable, invalid or newer than this code
+    ├── MaintenanceError            prepare()/compact() could not make the request fit
+    │   └── CompactionRequiredError above the hard ceiling and no checkpoint could be installed
+    └── ProviderError               anything that went wrong talking to a provider
+        ├── AuthenticationError     401/403
+        ├── RateLimitError          429 after the retry budget
+        ├── ContextLimitError       the request exceeded the provider's context window
+        ├── ServerError             5xx after the retry budget
+        ├── ProviderConnectionError could not connect, or the connection dropped
+        ├── ProviderTimeoutError    no answer in time (incl. the stream duration ceiling)
+        └── ProviderResponseError   a response ctxfold cannot parse
+
+Every message says what was wrong, where (file, key, session, line) and what to do. No
+message ever contains an API key.
+"""
+
+from __future__ import annotations
+
+
+class CtxfoldError(Exception):
+    """Root of every error ctxfold raises on purpose."""
+
+
+class ConfigError(CtxfoldError):
+    """A configuration file, environment variable or flag is invalid."""
+
+
+class PluginError(CtxfoldError):
+    """A strategy name is unknown or registered twice, or a plugin is broken."""
+
+
+class SessionError(CtxfoldError):
+    """A session id is invalid, a session does not exist, or an operation is impossible."""
+
+
+class ToolResultError(SessionError):
+    """A ``session:tool_result`` request cannot be answered (unknown id, bad offset, ...)."""
+
+
+class StoreError(CtxfoldError):
+    """A transcript file is unreadable or corrupt."""
+
+
+class SidecarError(StoreError):
+    """A sidecar is unreadable, invalid, or written by a newer ctxfold."""
+
+
+class MaintenanceError(CtxfoldError):
+    """Maintenance could not produce a request that fits."""
+
+
+class CompactionRequiredError(MaintenanceError):
+    """The request is at or above the hard ceiling and no checkpoint could be installed."""
+
+
+class ProviderError(CtxfoldError):
+    """A provider request failed."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AuthenticationError(ProviderError):
+    """The provider rejected the credentials (HTTP 401/403)."""
+
+
+class RateLimitError(ProviderError):
+    """The provider kept answering 429 after the retry budget was spent."""
+
+
+class ContextLimitError(ProviderError):
+    """The request exceeded the provider's context window.
+
+    ``window``, ``prompt`` and ``completion`` are the token counts parsed from the provider's
+    error body (0 when the body did not say).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        window: int = 0,
+        prompt: int = 0,
+        completion: int = 0,
+        status: int | None = 400,
+    ) -> None:
+        super().__init__(message, status=status)
+        self.window = window
+        self.prompt = prompt
+        self.completion = completion
+
+
+class ServerError(ProviderError):
+    """The provider failed with a 5xx status after the retry budget was spent."""
+
+
+class ProviderConnectionError(ProviderError):
+    """The connection could not be made or was dropped."""
+
+
+class ProviderTimeoutError(ProviderError):
+    """The provider did not answer in time, or a stream passed its total-duration ceiling."""
+
+
+class ProviderResponseError(ProviderError):
+    """The provider's response could not be parsed."""

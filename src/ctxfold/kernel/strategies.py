@@ -1,0 +1,148 @@
+"""Strategy descriptors and the protocols the kernel expects from each strategy family.
+
+A plugin *registers* strategies by returning descriptors from a registration hook (see
+:mod:`ctxfold.kernel.hookspecs`); the kernel *selects* one by the name in config and calls
+its ``factory`` with a :class:`StrategyContext`. Descriptors are small, frozen and cheap:
+heavy imports (tokenizers, HTTP clients) happen inside the factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+import attrs
+
+from ctxfold.kernel.types import Message, RequestShape, ToolSchema, Usage
+
+if TYPE_CHECKING:
+    from ctxfold.config.schema import Config
+    from ctxfold.kernel.registry import Registry
+
+Kind = Literal[
+    "estimator",
+    "pruner",
+    "summarizer",
+    "store",
+    "provider",
+    "sidecar_format",
+    "config_migration",
+    "importer",
+    "policy",
+]
+
+
+@attrs.frozen
+class StrategyContext:
+    """What a factory gets: the effective config and the registry (for other strategies)."""
+
+    config: Config
+    registry: Registry
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class StrategySpec:
+    """A named strategy registered by a plugin.
+
+    ``factory(context)`` builds the strategy object. ``source`` is filled in by the registry
+    (the plugin that registered it); plugins leave it empty.
+    """
+
+    kind: Kind
+    name: str
+    factory: Callable[[StrategyContext], Any]
+    description: str = ""
+    source: str = ""
+
+
+# -- protocols --------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Estimator(Protocol):
+    """Counts the tokens of a whole request shape (SPEC §3.1).
+
+    Implementations must be incremental: per-message counts are cached by fingerprint so
+    estimating turn n+1 does not re-tokenize turns 1..n.
+    """
+
+    name: str
+
+    def estimate(self, shape: RequestShape) -> int:
+        """Return the (calibrated) admission estimate of ``shape`` in tokens."""
+        ...
+
+    def calibrate(self, shape: RequestShape, usage: Usage) -> bool:
+        """Learn from the provider's prompt tokens for exactly ``shape``; True if accepted."""
+        ...
+
+    def reset_calibration(self) -> None:
+        """Forget calibration (model change)."""
+        ...
+
+
+@runtime_checkable
+class Pruner(Protocol):
+    """Shrinks oversized tool results of a view; returns ``None`` when nothing changed."""
+
+    def prune(self, view: Sequence[Message]) -> tuple[list[Message], int] | None:
+        """Return (pruned view, number of tool results pruned) or ``None``."""
+        ...
+
+
+@attrs.frozen
+class SummaryRequest:
+    """A summary request in the cache-aligned shape of SPEC §3.4."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...]
+    max_tokens: int
+    focus: str | None = None
+
+
+@attrs.frozen
+class SummaryResult:
+    """What a summarizer returns: the briefing text and why it stopped."""
+
+    text: str
+    finish_reason: str = "stop"
+    usage: Usage | None = None
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Produces the structured summary of a fold region in exactly one call, never retried."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Summarize ``request``; raise on transport failure."""
+        ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable storage of canonical transcripts and sidecars."""
+
+    def exists(self, session_id: str) -> bool: ...
+
+    def create(self, session_id: str) -> None: ...
+
+    def load(self, session_id: str) -> list[Message]: ...
+
+    def append(self, session_id: str, messages: Sequence[Message]) -> None: ...
+
+    def read_sidecar(self, session_id: str) -> bytes | None: ...
+
+    def write_sidecar(self, session_id: str, data: bytes) -> None: ...
+
+    def discard_sidecar(self, session_id: str, reason: str) -> None: ...
+
+    def last_activity(self, session_id: str) -> float | None: ...
+
+    def list_sessions(self) -> list[str]: ...
+
+    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None: ...
+
+    def rewind(self, session_id: str, upto: int) -> None: ...
+
+    def delete(self, session_id: str) -> None: ...

@@ -1,0 +1,1 @@
+"""Built-in estimators: one strategy per module."""

@@ -1,0 +1,1 @@
+"""Built-in stores: one strategy per module."""

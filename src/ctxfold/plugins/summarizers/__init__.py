@@ -1,0 +1,1 @@
+"""Built-in summarizers: one strategy per module."""
