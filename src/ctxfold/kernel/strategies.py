@@ -146,3 +146,48 @@ class Store(Protocol):
     def rewind(self, session_id: str, upto: int) -> None: ...
 
     def delete(self, session_id: str) -> None: ...
+
+
+# -- providers ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ChatRequest:
+    """A provider-independent model request.
+
+    ``max_output_tokens`` 0 means provider auto (DeepSeek: field omitted; MiMo/Responses:
+    the ladder). ``effort`` is the reasoning depth (``none``/``low``/``medium``/``high``/``max``).
+    ``cache_key`` is the session's ``prompt_cache_key`` (SPEC §3.8).
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    model: str = ""
+    max_output_tokens: int = 0
+    effort: str = "high"
+    stream: bool = True
+    cache_key: str = ""
+
+
+@attrs.frozen
+class ChatResponse:
+    """The assembled answer of one request."""
+
+    message: Message
+    finish_reason: str = "stop"
+    usage: Usage = attrs.field(factory=Usage)
+    request_id: str = ""
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model endpoint. The kernel owns HTTP; plugins translate requests and responses."""
+
+    name: str
+    context_window: int
+    cache_ttl_minutes: int
+    supports_native_compaction: bool
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        """Send ``request`` and return the assembled response; raise a ProviderError."""
+        ...
