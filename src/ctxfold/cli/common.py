@@ -1,23 +1,77 @@
-"""Helpers shared by the CLI commands: effective config and registry for parsed arguments."""
+"""Helpers shared by the CLI commands: effective config and registry for parsed arguments.
+
+Commands that let a flag override a config key declare it with :func:`add_config_flag`;
+:func:`load_cli_config` then applies it as the highest-precedence layer, and
+``ctxfold config show`` reports it as ``flag --the-flag``.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ctxfold.config.load import LoadedConfig
     from ctxfold.kernel.registry import Registry
 
+_FLAG_DEST_PREFIX = "config_flag__"
+_LOADED_ATTR = "_ctxfold_loaded_config"
+
+
+def add_config_flag(
+    parser: argparse.ArgumentParser, key: str, flag: str | None = None, *, help: str = ""
+) -> None:
+    """Add ``flag`` (default ``--<key with dashes>``) overriding config ``key`` ("section.key").
+
+    The value is parsed by the field's type (like an environment variable) and validated
+    with the rest of the configuration.
+    """
+    flag = flag or "--" + key.rpartition(".")[2].replace("_", "-")
+    parser.add_argument(
+        flag,
+        dest=_FLAG_DEST_PREFIX + key.replace(".", "__"),
+        metavar="VALUE",
+        default=None,
+        help=help or f"override config {key}",
+    )
+    flags = parser.get_default("config_flag_names") or {}
+    parser.set_defaults(config_flag_names={**flags, key: flag})
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``section.key -> value`` overrides given on the command line."""
+    overrides: dict[str, Any] = dict(getattr(args, "config_overrides", None) or {})
+    for dest, value in vars(args).items():
+        if dest.startswith(_FLAG_DEST_PREFIX) and value is not None:
+            overrides[dest.removeprefix(_FLAG_DEST_PREFIX).replace("__", ".")] = value
+    return overrides
+
+
+def print_notices(loaded: LoadedConfig) -> None:
+    """Print the config notices (e.g. the one migration notice) to stderr."""
+    for notice in loaded.notices:
+        print(f"ctxfold: notice: {notice}", file=sys.stderr)
+
 
 def load_cli_config(args: argparse.Namespace) -> LoadedConfig:
-    """The effective config for this invocation (``--config`` and command flags applied)."""
+    """The effective config for this invocation (``--config`` and command flags applied).
+
+    Loaded once per invocation (cached on ``args``); notices are printed to stderr once.
+    """
+    cached = getattr(args, _LOADED_ATTR, None)
+    if cached is not None:
+        return cached
     from ctxfold.config.load import load_config
 
-    return load_config(
+    loaded = load_config(
         config_path=getattr(args, "config", None),
-        cli_overrides=getattr(args, "config_overrides", None) or {},
+        cli_overrides=config_overrides(args),
+        flag_names=getattr(args, "config_flag_names", None) or {},
     )
+    print_notices(loaded)
+    setattr(args, _LOADED_ATTR, loaded)
+    return loaded
 
 
 def load_registry(args: argparse.Namespace) -> Registry:

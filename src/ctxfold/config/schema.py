@@ -43,13 +43,41 @@ def _effort(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
         raise ValueError(f"{attribute.name} = {value!r}; allowed: {', '.join(EFFORTS)}")
 
 
+def _positive(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} = {value!r} must be > 0")
+
+
+def _http_url(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    # The value is not echoed: a URL may carry credentials (user:password@host).
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError(
+            f"{attribute.name} must be empty or start with http:// or https://"
+        )
+
+
+def _allowed(text: str) -> dict[str, str]:
+    return {"allowed": text}
+
+
+_NON_NEGATIVE = _allowed("an integer >= 0")
+
+
 @attrs.frozen
 class AgentConfig:
     """``[agent]``: the single maintenance trigger and the output budget."""
 
-    compact_ratio: float = attrs.field(default=DEFAULT_COMPACT_RATIO, validator=_ratio)
-    max_output_tokens: int = attrs.field(default=0, validator=_non_negative)
-    effort: str = attrs.field(default="high", validator=_effort)
+    compact_ratio: float = attrs.field(
+        default=DEFAULT_COMPACT_RATIO,
+        validator=_ratio,
+        metadata=_allowed(f"a number from {COMPACT_RATIO_MIN:.2f} to {COMPACT_RATIO_MAX:.2f}"),
+    )
+    max_output_tokens: int = attrs.field(
+        default=0, validator=_non_negative, metadata=_allowed("an integer >= 0 (0 = auto)")
+    )
+    effort: str = attrs.field(
+        default="high", validator=_effort, metadata=_allowed("one of " + ", ".join(EFFORTS))
+    )
     # Legacy keys: accepted on load, always zero/empty in memory (see LEGACY_AGENT_KEYS).
     soft_compact_ratio: float = 0.0
     tool_result_snip_ratio: float = 0.0
@@ -64,13 +92,21 @@ class ProviderConfig:
 
     name: str = "emulator"
     model: str = "deepseek-v4-flash"
-    base_url: str = ""
-    api_key_env: str = ""
-    context_window: int = attrs.field(default=1_048_576, validator=_non_negative)
-    cache_ttl_minutes: int = attrs.field(default=0, validator=_non_negative)
+    base_url: str = attrs.field(
+        default="", validator=_http_url, metadata=_allowed("empty or an http(s):// URL")
+    )
+    api_key_env: str = attrs.field(
+        default="", metadata=_allowed("the NAME of an environment variable (not the key)")
+    )
+    context_window: int = attrs.field(
+        default=1_048_576, validator=_non_negative, metadata=_NON_NEGATIVE
+    )
+    cache_ttl_minutes: int = attrs.field(default=0, validator=_non_negative, metadata=_NON_NEGATIVE)
     profile: str = "deepseek"
-    timeout_seconds: float = 600.0
-    max_retries: int = attrs.field(default=2, validator=_non_negative)
+    timeout_seconds: float = attrs.field(
+        default=600.0, validator=_positive, metadata=_allowed("a number of seconds > 0")
+    )
+    max_retries: int = attrs.field(default=2, validator=_non_negative, metadata=_NON_NEGATIVE)
 
 
 @attrs.frozen

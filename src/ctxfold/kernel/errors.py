@@ -7,10 +7,14 @@
     ├── PluginError                 unknown or duplicate strategy name, broken plugin
     ├── SessionError                hostile/invalid session id, unknown session, bad operation
     │   └── ToolResultError         session:tool_result lookup or paging error
+    ├── ImporterError               a transcript file cannot be imported (unknown format or
+    │                               malformed content; names file, position and reason)
     ├── StoreError                  transcript file unreadable or corrupt (names file and line)
     │   └── SidecarError            sidecar unreadable, invalid or newer than this code
+    │       └── SidecarVersionError sidecar written by a newer ctxfold (never discarded)
     ├── MaintenanceError            prepare()/compact() could not make the request fit
-    │   └── CompactionRequiredError above the hard ceiling and no checkpoint could be installed
+    │   ├── CompactionRequiredError above the hard ceiling and no checkpoint could be installed
+    │   └── SummaryFailedError      the summarizer returned empty or truncated output
     └── ProviderError               anything that went wrong talking to a provider
         ├── AuthenticationError     401/403
         ├── RateLimitError          429 after the retry budget
@@ -18,7 +22,8 @@
         ├── ServerError             5xx after the retry budget
         ├── ProviderConnectionError could not connect, or the connection dropped
         ├── ProviderTimeoutError    no answer in time (incl. the stream duration ceiling)
-        └── ProviderResponseError   a response ctxfold cannot parse
+        ├── ProviderResponseError   a response ctxfold cannot parse
+        └── ProviderRequestError    any other 4xx: the provider rejected the request
 
 Every message says what was wrong, where (file, key, session, line) and what to do. No
 message ever contains an API key.
@@ -47,6 +52,10 @@ class ToolResultError(SessionError):
     """A ``session:tool_result`` request cannot be answered (unknown id, bad offset, ...)."""
 
 
+class ImporterError(CtxfoldError):
+    """A transcript file could not be imported: unknown format or malformed content."""
+
+
 class StoreError(CtxfoldError):
     """A transcript file is unreadable or corrupt."""
 
@@ -55,12 +64,23 @@ class SidecarError(StoreError):
     """A sidecar is unreadable, invalid, or written by a newer ctxfold."""
 
 
+class SidecarVersionError(SidecarError):
+    """A sidecar's ``schema_version`` is newer than this code knows: upgrade, never downgrade.
+
+    Unlike other sidecar errors it is not repaired by discarding the file.
+    """
+
+
 class MaintenanceError(CtxfoldError):
     """Maintenance could not produce a request that fits."""
 
 
 class CompactionRequiredError(MaintenanceError):
     """The request is at or above the hard ceiling and no checkpoint could be installed."""
+
+
+class SummaryFailedError(MaintenanceError):
+    """The summarizer returned empty or length-truncated output; nothing is installed."""
 
 
 class ProviderError(CtxfoldError):
@@ -115,3 +135,7 @@ class ProviderTimeoutError(ProviderError):
 
 class ProviderResponseError(ProviderError):
     """The provider's response could not be parsed."""
+
+
+class ProviderRequestError(ProviderError):
+    """The provider rejected the request (a 4xx other than auth, rate limit or overflow)."""

@@ -6,4 +6,24 @@ implements one or more registration hooks of :mod:`ctxfold.kernel.hookspecs`.
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     # one line per built-in plugin module
+    "ctxfold.plugins.estimators.heuristic",
+    "ctxfold.plugins.estimators.tiktoken",
+    "ctxfold.plugins.estimators.deepseek",
+    "ctxfold.plugins.pruners.head_tail",
+    "ctxfold.plugins.summarizers.extractive",
+    "ctxfold.plugins.summarizers.llm",
+    "ctxfold.plugins.legacy_config",
+    "ctxfold.plugins.providers.deepseek",
+    "ctxfold.plugins.providers.mimo",
+    "ctxfold.plugins.providers.responses",
+    "ctxfold.plugins.importers.openai",
+    "ctxfold.plugins.importers.mini_swe_agent_v1",
+    "ctxfold.plugins.importers.mini_swe_agent_v2",
+    "ctxfold.plugins.importers.swe_agent",
+    "ctxfold.plugins.importers.openhands_v1",
+    "ctxfold.plugins.importers.openhands_sdk_log",
+    "ctxfold.plugins.importers.claude_code_jsonl",
+    "ctxfold.plugins.importers.claude_code_xml",
+    "ctxfold.plugins.stores.fs",
+    "ctxfold.plugins.sidecar_v3",
 )

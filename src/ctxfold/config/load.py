@@ -1,0 +1,577 @@
+"""The configuration load pipeline (SPEC §4.3).
+
+Layers, lowest to highest precedence::
+
+    built-in defaults < user file < project file < CTXFOLD_<SECTION>_<KEY> env < CLI flags
+
+* user file: the ``user_config_path`` argument, else ``$CTXFOLD_CONFIG_HOME/config.toml``,
+  else ``platformdirs.user_config_dir("ctxfold")/config.toml``; optional.
+* project file: the explicit ``--config`` path (must exist), else ``ctxfold.toml`` in ``cwd``.
+* environment: ``CTXFOLD_AGENT_COMPACT_RATIO=0.7`` etc., parsed by the field's type. A
+  ``CTXFOLD_`` variable that starts with a section name but names no key is an error.
+* flags: ``cli_overrides`` keyed ``"section.key"`` (strings are parsed like env values).
+
+Every layer is validated on its own (strict types, unknown keys, ranges), so an error names
+the file (and line), environment variable or flag it came from, the key, the bad value and
+what is allowed. Retired keys go through the ``config_migration`` strategies (built in:
+``legacy-multi-threshold``, origin §4): they load, are zeroed, and produce exactly one notice.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ctxfold.config.schema import Config
+from ctxfold.kernel.errors import ConfigError
+
+if TYPE_CHECKING:
+    import cattrs
+
+    from ctxfold.config.migrate import ConfigMigration
+    from ctxfold.kernel.registry import Registry
+
+PROJECT_FILE_NAME = "ctxfold.toml"
+USER_FILE_NAME = "config.toml"
+ENV_PREFIX = "CTXFOLD_"
+CONFIG_HOME_ENV = "CTXFOLD_CONFIG_HOME"
+DEFAULT_SOURCE = "default"
+
+#: Keys naming a strategy, and the registry kind that must know the name.
+STRATEGY_KEYS = {
+    "provider.name": "provider",
+    "estimator.name": "estimator",
+    "summarizer.name": "summarizer",
+    "store.name": "store",
+}
+
+
+def _section_classes() -> dict[str, type]:
+    attrs.resolve_types(Config)
+    out: dict[str, type] = {}
+    for field in attrs.fields(Config):
+        cls = typing.cast(type, field.type)
+        attrs.resolve_types(cls)
+        out[field.name] = cls
+    return out
+
+
+#: ``{"agent": AgentConfig, ...}`` in schema order.
+SECTIONS: dict[str, type] = _section_classes()
+
+
+@attrs.frozen
+class LoadedConfig:
+    """The effective configuration and where each value came from.
+
+    ``sources`` maps every dotted key to ``"default"``, ``"user file PATH"``,
+    ``"project file PATH"``, ``"env CTXFOLD_…"`` or ``"flag --…"``. ``notices`` are messages
+    for the user (at most one migration notice). ``files`` are the config files read.
+    """
+
+    config: Config
+    sources: Mapping[str, str]
+    notices: tuple[str, ...] = ()
+    files: tuple[Path, ...] = ()
+
+
+# -- secrets -----------------------------------------------------------------------------------
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential")
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+MASK = "***"
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether values of key ``name`` are secret (``*key*``, ``*token*``, ``*secret*``, ...).
+
+    ``*_env`` keys hold an environment variable NAME and ``*_tokens`` keys hold a token
+    count, so neither is secret (``api_key_env``, ``max_output_tokens``).
+    """
+    low = name.rsplit(".", 1)[-1].lower()
+    if low.endswith(("_env", "_tokens")):
+        return False
+    return any(word in low for word in _SECRET_WORDS)
+
+
+def mask_url_credentials(text: str) -> str:
+    """Replace ``user:password@`` in URLs inside ``text`` with ``***@``."""
+    return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+
+
+def redact(key: str, value: Any) -> Any:
+    """``value`` made safe to print: secrets masked, URL credentials removed."""
+    if is_secret_key(key) and value not in ("", None, ()):
+        return MASK
+    if isinstance(value, str):
+        return mask_url_credentials(value)
+    if isinstance(value, tuple | list):
+        return type(value)(redact(key, v) for v in value)
+    return value
+
+
+def _show(key: str, value: Any) -> str:
+    text = repr(redact(key, value))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# -- strict types ------------------------------------------------------------------------------
+
+
+class WrongType(TypeError):
+    """A value does not have the type of its field."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__(f"wrong type {type(value).__name__}")
+        self.value = value
+
+
+def _type_name(tp: Any) -> str:
+    names = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+    if tp in names:
+        return names[tp]
+    if typing.get_origin(tp) is tuple:
+        return "a list of strings"
+    if _is_optional_bool(tp):
+        return "true or false"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _is_optional_bool(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and set(
+        typing.get_args(tp)
+    ) == {bool, type(None)}
+
+
+def _check(ok: Callable[[Any], bool], cast: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, _type: Any) -> Any:
+        if not ok(value):
+            raise WrongType(value)
+        return cast(value)
+
+    return hook
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+@functools.cache
+def _converter() -> cattrs.Converter:
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn
+
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(float, _check(_is_number, float))
+    conv.register_structure_hook(
+        int, _check(lambda v: isinstance(v, int) and not isinstance(v, bool), int)
+    )
+    conv.register_structure_hook(str, _check(lambda v: isinstance(v, str), str))
+    conv.register_structure_hook(bool, _check(lambda v: isinstance(v, bool), bool))
+    conv.register_structure_hook_func(
+        _is_optional_bool, _check(lambda v: v is None or isinstance(v, bool), lambda v: v)
+    )
+    conv.register_structure_hook_func(
+        lambda tp: tp == tuple[str, ...],
+        _check(lambda v: isinstance(v, list | tuple) and all(isinstance(s, str) for s in v),
+               tuple),
+    )
+    for cls in (*SECTIONS.values(), Config):
+        fn: Callable[[Any, Any], Any] = make_dict_structure_fn(
+            cls, conv, _cattrs_forbid_extra_keys=True
+        )
+        conv.register_structure_hook(cls, _table_hook(cls, fn))
+    return conv
+
+
+def _table_hook(cls: type, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, tp: Any) -> Any:
+        from cattrs.errors import ClassValidationError
+
+        if not isinstance(value, Mapping):
+            raise WrongType(value)
+        try:
+            return fn(value, tp)
+        except ClassValidationError as exc:
+            # cattrs reports an attrs validator's ValueError (raised by __init__) without the
+            # attribute it belongs to; attribute it so the message names the key.
+            kept = [e for e in exc.exceptions if getattr(e, "__notes__", None)]
+            loose = [e for e in exc.exceptions if not getattr(e, "__notes__", None)]
+            if not loose:
+                raise
+            found = _field_errors(cls, value)
+            raise ClassValidationError(exc.message, [*kept, *(found or loose)], cls) from None
+
+    return hook
+
+
+def _field_errors(cls: type, value: Mapping[str, Any]) -> list[Exception]:
+    """Run each field's validator alone; errors carry the note naming their attribute."""
+    from cattrs.errors import AttributeValidationNote
+
+    errors: list[Exception] = []
+    for field in attrs.fields(cls):
+        if field.name in value and field.validator is not None:
+            try:
+                field.validator(None, field, value[field.name])
+            except ValueError as err:
+                err.add_note(AttributeValidationNote(
+                    f"Structuring class {cls.__qualname__} @ attribute {field.name}",
+                    field.name, field.type))
+                errors.append(err)
+    return errors
+
+
+def _format_exception(exc: BaseException, _type: Any) -> str:
+    from cattrs.errors import ForbiddenExtraKeysError
+
+    # Encoded for _problems(), which adds key, value and allowed values.
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return "extra:" + ",".join(sorted(exc.extra_fields))
+    if isinstance(exc, WrongType):
+        return "type:"
+    return "value:" + str(exc)
+
+
+def allowed_values(key: str) -> str:
+    """Human description of the valid values of dotted ``key`` (for messages and docs)."""
+    section, _, name = key.partition(".")
+    field = attrs.fields_dict(SECTIONS[section])[name]
+    if "allowed" in field.metadata:
+        return str(field.metadata["allowed"])
+    if key in STRATEGY_KEYS:
+        return f"a registered {STRATEGY_KEYS[key]} name (see `ctxfold plugins`)"
+    return _type_name(field.type)
+
+
+def _lookup(data: Mapping[str, Any], path: list[str]) -> Any:
+    node: Any = data
+    for part in path:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def _problems(layer: _Layer, exc: Exception) -> list[str]:
+    from cattrs import transform_error
+
+    lines = []
+    for text in transform_error(exc, format_exception=_format_exception):
+        code, _, where = text.rpartition(" @ $")
+        path = [p for p in where.split(".") if p]
+        dotted = ".".join(path)
+        kind, _, detail = code.partition(":")
+        if kind == "extra":
+            for name in detail.split(","):
+                lines.append(_unknown(layer, path, name))
+        elif kind == "type" and len(path) == 1:
+            lines.append(f"{layer.origin(dotted)}: [{dotted}] must be a table, got "
+                         f"{_show(dotted, _lookup(layer.data, path))}")
+        elif kind == "type":
+            value = _lookup(layer.data, path)
+            lines.append(f"{layer.origin(dotted)}: {dotted} = {_show(dotted, value)} has the "
+                         f"wrong type ({type(value).__name__}); allowed: {allowed_values(dotted)}")
+        else:
+            value = _lookup(layer.data, path)
+            name = path[-1] if path else ""
+            if name and detail.startswith(f"{name} = "):
+                message = f"{path[0]}.{detail}"  # validator text already shows key and value
+            else:
+                message = f"{dotted} = {_show(dotted, value)}: {detail}"
+            lines.append(f"{layer.origin(dotted)}: {message}")
+    return lines
+
+
+def _unknown(layer: _Layer, path: list[str], name: str) -> str:
+    dotted = ".".join([*path, name])
+    if not path:
+        return (f"{layer.origin(dotted)}: unknown table [{name}]; "
+                f"allowed tables: {', '.join(SECTIONS)}")
+    section = path[0]
+    value = _lookup(layer.data, [*path, name])
+    shown = "" if isinstance(value, Mapping) else f" = {_show(dotted, value)}"
+    allowed = ", ".join(f.name for f in attrs.fields(SECTIONS[section])
+                        if f.name not in layer.legacy_names)
+    return (f"{layer.origin(dotted)}: unknown key {dotted}{shown}; "
+            f"allowed keys in [{section}]: {allowed}")
+
+
+def parse_text(text: str, key: str) -> Any:
+    """Parse an environment/flag string for dotted ``key`` by the field's type."""
+    section, _, name = key.partition(".")
+    tp = attrs.fields_dict(SECTIONS[section])[name].type
+    low = text.strip().lower()
+    if tp is str:
+        return text
+    if tp is bool or _is_optional_bool(tp):
+        if _is_optional_bool(tp) and low == "":
+            return None
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise WrongType(text)
+    if typing.get_origin(tp) is tuple:
+        if text.lstrip().startswith("["):
+            try:
+                value = tomllib.loads(f"v = {text}")["v"]
+            except tomllib.TOMLDecodeError:
+                raise WrongType(text) from None
+            return value
+        return [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        return int(text, 10) if tp is int else float(text)
+    except ValueError:
+        raise WrongType(text) from None
+
+
+# -- layers ------------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Layer:
+    """One source of settings: its raw data and where each key came from."""
+
+    source: str  # "user file /p", "env", "flags"
+    data: dict[str, Any]
+    origins: dict[str, str] = attrs.Factory(dict)  # dotted key -> "env CTXFOLD_X" / "flag --x"
+    lines: dict[str, int] = attrs.Factory(dict)  # dotted key -> line in the file
+    legacy_names: frozenset[str] = frozenset()
+    legacy_found: list[str] = attrs.Factory(list)
+
+    def origin(self, dotted: str) -> str:
+        if dotted in self.origins:
+            return self.origins[dotted]
+        line = self.lines.get(dotted) or min(
+            (n for k, n in self.lines.items() if k.startswith(dotted + ".")), default=0
+        )
+        return f"{self.source} line {line}" if line else self.source
+
+    def dotted_keys(self) -> Iterable[str]:
+        for section, table in self.data.items():
+            if isinstance(table, Mapping):
+                for name in table:
+                    yield f"{section}.{name}"
+
+
+def _read_file(path: Path, label: str) -> _Layer:
+    source = f"{label} {path}"
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read ({exc.strerror}); check the path "
+                          "and permissions") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 (byte {exc.start}); save it as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: invalid TOML: {exc}; fix the syntax") from None
+    return _Layer(source=source, data=data, lines=_key_lines(text))
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    from ctxfold.config.migrate import TomlLexError, scan_pairs
+
+    try:
+        return {".".join(p.path): p.line for p in scan_pairs(text)}
+    except TomlLexError:  # line numbers are a courtesy; tomllib already accepted the text
+        return {}
+
+
+def _env_layer(env: Mapping[str, str], legacy: frozenset[str]) -> _Layer:
+    layer = _Layer(source="env", data={})
+    problems = []
+    for var in sorted(env):
+        rest = var[len(ENV_PREFIX):] if var.startswith(ENV_PREFIX) else ""
+        section = next((s for s in SECTIONS if rest.startswith(s.upper() + "_")), None)
+        if section is None:
+            continue  # CTXFOLD_CONFIG_HOME and friends are not settings
+        name = rest[len(section) + 1 :].lower()
+        dotted = f"{section}.{name}"
+        fields = attrs.fields_dict(SECTIONS[section])
+        if name not in fields or rest[len(section) + 1 :] != name.upper():
+            known = ", ".join(f"{ENV_PREFIX}{section.upper()}_{f.upper()}"
+                              for f in fields if f not in legacy)
+            problems.append(f"env {var}: no setting {dotted} (value not shown); "
+                            f"allowed variables for [{section}]: {known}; unset it")
+            continue
+        _put(layer, dotted, env[var], f"env {var}", legacy, problems)
+    if problems:
+        raise ConfigError(_join(problems))
+    return layer
+
+
+def _flag_layer(overrides: Mapping[str, Any], flag_names: Mapping[str, str],
+                legacy: frozenset[str]) -> _Layer:
+    layer = _Layer(source="flags", data={})
+    problems = []
+    for dotted, value in overrides.items():
+        if value is None:
+            continue  # an option that was not given
+        flag = flag_names.get(dotted) or "--" + dotted.rpartition(".")[2].replace("_", "-")
+        section, _, name = dotted.partition(".")
+        if section not in SECTIONS or name not in attrs.fields_dict(SECTIONS[section]):
+            problems.append(f"flag {flag}: {dotted!r} is not a setting; "
+                            f"allowed tables: {', '.join(SECTIONS)}")
+            continue
+        _put(layer, dotted, value, f"flag {flag}", legacy, problems)
+    if problems:
+        raise ConfigError(_join(problems))
+    return layer
+
+
+def _put(layer: _Layer, dotted: str, value: Any, origin: str, legacy: frozenset[str],
+         problems: list[str]) -> None:
+    section, _, name = dotted.partition(".")
+    if isinstance(value, str) and dotted not in legacy:
+        try:
+            value = parse_text(value, dotted)
+        except WrongType:
+            problems.append(f"{origin}: {dotted} = {_show(dotted, value)} cannot be read as "
+                            f"{_type_name(attrs.fields_dict(SECTIONS[section])[name].type)}; "
+                            f"allowed: {allowed_values(dotted)}")
+            return
+    layer.data.setdefault(section, {})[name] = value
+    layer.origins[dotted] = origin
+
+
+def _join(problems: list[str]) -> str:
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} configuration problems:\n  " + "\n  ".join(problems)
+
+
+# -- the pipeline ------------------------------------------------------------------------------
+
+
+def _validate(layer: _Layer) -> None:
+    try:
+        _converter().structure(layer.data, Config)
+    except Exception as exc:  # cattrs raises ExceptionGroups, attrs ValueErrors
+        problems = _problems(layer, exc)
+        raise ConfigError(_join(problems) if problems else f"{layer.source}: {exc}") from None
+
+
+def _user_file(user_config_path: Path | None, env: Mapping[str, str]) -> Path:
+    if user_config_path is not None:
+        return Path(user_config_path)
+    if env.get(CONFIG_HOME_ENV):
+        return Path(env[CONFIG_HOME_ENV]) / USER_FILE_NAME
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("ctxfold")) / USER_FILE_NAME
+
+
+def _project_file(config_path: str | Path | None, cwd: Path) -> Path | None:
+    if config_path is None:
+        candidate = cwd / PROJECT_FILE_NAME
+        return candidate if candidate.is_file() else None
+    path = Path(config_path)
+    path = path if path.is_absolute() else cwd / path
+    if not path.is_file():
+        what = "is not a file" if path.exists() else "does not exist"
+        raise ConfigError(f"--config {path} {what}; check the path, or omit --config to use "
+                          f"./{PROJECT_FILE_NAME}")
+    return path
+
+
+def _migration_notice(found: list[tuple[str, str]], files: dict[str, Path]) -> str:
+    parts, fixes = [], []
+    for source in dict.fromkeys(s for s, _ in found):
+        keys = ", ".join(k for s, k in found if s == source)
+        parts.append(f"{keys} in {source}")
+        if source in files:
+            fixes.append(f"run `ctxfold config migrate {files[source]}`")
+        else:
+            fixes.append(f"unset {source.removeprefix('env ')}" if source.startswith("env ")
+                         else f"drop {source.removeprefix('flag ')}")
+    return ("retired configuration keys were ignored (loaded as zero; compact_ratio is the "
+            f"only trigger now): {'; '.join(parts)}. To clean up: {'; '.join(fixes)}.")
+
+
+def load_config(
+    config_path: str | Path | None = None,
+    *,
+    cli_overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    user_config_path: Path | None = None,
+    registry: Registry | None = None,
+    flag_names: Mapping[str, str] | None = None,
+) -> LoadedConfig:
+    """Load, merge and validate the configuration (see the module docstring for the layers).
+
+    ``env`` defaults to ``os.environ`` and ``cwd`` to the current directory.
+    ``flag_names`` maps ``"section.key"`` to the flag spelling used in messages and sources
+    (default ``--key-with-dashes``). With a ``registry``, retired keys are normalised by its
+    ``config_migration`` strategies and strategy names are checked
+    (:func:`validate_strategy_names`); without one, the built-in migrations are used.
+    Raises :class:`ConfigError` naming the file/variable/flag, key, value and allowed values.
+    """
+    from ctxfold.config.migrate import default_migrations
+
+    env = os.environ if env is None else env
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    migrations: list[ConfigMigration] = default_migrations(registry)
+    legacy = frozenset(f"{m.keys[0]}.{k}" for m in migrations for k in m.keys[1])
+    layers: list[_Layer] = []
+    files: dict[str, Path] = {}
+    user = _user_file(user_config_path, env)
+    project = _project_file(config_path, cwd)
+    for path, label in ((user, "user file"), (project, "project file")):
+        if path is not None and (label == "project file" or path.is_file()):
+            layer = _read_file(path, label)
+            files[layer.source] = path
+            layers.append(layer)
+    layers.append(_env_layer(env, legacy))
+    layers.append(_flag_layer(cli_overrides or {}, flag_names or {}, legacy))
+
+    merged: dict[str, Any] = {}
+    sources = {f"{s}.{f.name}": DEFAULT_SOURCE for s, c in SECTIONS.items()
+               for f in attrs.fields(c)}
+    found: list[tuple[str, str]] = []
+    for layer in layers:
+        layer.legacy_names = frozenset(k.partition(".")[2] for k in legacy)
+        for migration in migrations:
+            layer.data, keys = migration.normalize(layer.data)
+            found.extend((layer.origins.get(k, layer.source), k) for k in keys)
+        _validate(layer)
+        for dotted in layer.dotted_keys():
+            section, _, name = dotted.partition(".")
+            merged.setdefault(section, {})[name] = layer.data[section][name]
+            sources[dotted] = layer.origins.get(dotted, layer.source)
+    config = _converter().structure(merged, Config)
+    notices = (_migration_notice(found, files),) if found else ()
+    loaded = LoadedConfig(config=config, sources=sources, notices=notices,
+                          files=tuple(files.values()))
+    if registry is not None:
+        validate_strategy_names(loaded, registry)
+    return loaded
+
+
+def validate_strategy_names(loaded: LoadedConfig, registry: Registry) -> None:
+    """Fail when ``[provider]``/``[estimator]``/``[summarizer]``/``[store]`` ``name`` is not
+    registered; the message names the source, key, value and the available names."""
+    problems = []
+    for dotted, kind in STRATEGY_KEYS.items():
+        section, _, name = dotted.partition(".")
+        value = getattr(getattr(loaded.config, section), name)
+        names = registry.names(kind)  # type: ignore[arg-type]
+        if value not in names:
+            available = ", ".join(names) or "(none registered)"
+            problems.append(f"{loaded.sources.get(dotted, DEFAULT_SOURCE)}: {dotted} = "
+                            f"{value!r} is not a registered {kind}; available: {available} "
+                            "(`ctxfold plugins` lists them; install or enable the plugin)")
+    if problems:
+        raise ConfigError(_join(problems))

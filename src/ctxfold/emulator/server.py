@@ -1,0 +1,258 @@
+"""The loopback provider emulator: a real HTTP server on 127.0.0.1.
+
+``Emulator`` accounts every request against a prefix cache (:mod:`ctxfold.emulator.cache`),
+answers from a script (:mod:`ctxfold.emulator.script`) in the profile's wire format
+(:mod:`ctxfold.emulator.wire_chat`, :mod:`ctxfold.emulator.wire_responses`), and can inject
+faults (:mod:`ctxfold.emulator.faults`). Everything it received is in :attr:`Emulator.requests`,
+so tests can count requests on the server side.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+import attrs
+
+from ctxfold.emulator import wire_chat, wire_responses
+from ctxfold.emulator.cache import PrefixCache
+from ctxfold.emulator.faults import Fault, FaultPlan
+from ctxfold.emulator.http import Handler, Outcome
+from ctxfold.emulator.profiles import Profile, get_profile
+from ctxfold.emulator.script import Script, ScriptRunner
+from ctxfold.emulator.tokens import (
+    assistant_body,
+    encode_segments,
+    request_segments,
+    token_source,
+)
+from ctxfold.emulator.wire_chat import Accounting, WireError
+
+CHAT_PATHS = ("/chat/completions", "/v1/chat/completions")
+RESPONSES_PATHS = ("/responses", "/v1/responses")
+
+
+@attrs.frozen
+class RequestRecord:
+    """One request as the emulator saw it.
+
+    ``usage`` is the wire ``usage`` object sent back (``None`` when the request was rejected
+    or hit by a fault before inference); ``fault`` names the injected fault, if any.
+    """
+
+    index: int
+    path: str
+    body: Mapping[str, Any]
+    status: int
+    usage: Mapping[str, Any] | None = None
+    prompt_tokens: int = 0
+    cache_hit_tokens: int = 0
+    completion_tokens: int = 0
+    fault: str | None = None
+
+
+class Emulator:
+    """A provider emulator serving on ``127.0.0.1`` (never any other interface).
+
+    ``profile``: ``deepseek`` | ``mimo`` | ``responses`` or a :class:`Profile`; ``window``
+    overrides its context window; ``counter``: ``counter(text) -> int`` or an object with
+    ``encode(text) -> ids`` (default: the DeepSeek tokenizer); ``clock``: seconds, for cache
+    TTL and ``created`` stamps; ``script``: replies; ``faults``: :class:`Fault` rules.
+    """
+
+    def __init__(
+        self,
+        profile: str | Profile = "deepseek",
+        *,
+        window: int | None = None,
+        counter: Any = None,
+        clock: Callable[[], float] | None = None,
+        script: Script | None = None,
+        faults: Iterable[Fault] | None = None,
+        port: int = 0,
+    ) -> None:
+        self.profile = get_profile(profile, window)
+        self.clock: Callable[[], float] = clock or time.time
+        self.tokens = token_source(counter)
+        self.cache = PrefixCache(
+            unit=self.profile.cache_unit, ttl=self.profile.cache_ttl,
+            policy=self.profile.cache_policy, min_tokens=self.profile.cache_min_tokens,
+            interval_units=self.profile.cache_interval_units, clock=self.clock,
+        )
+        self.faults = FaultPlan(tuple(faults or ()))
+        self.requests: list[RequestRecord] = []
+        self._script = ScriptRunner(script)
+        self._port = port
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.stopping = threading.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Bind 127.0.0.1 (port 0 = ephemeral), serve in a background thread, return the base
+        URL (``http://127.0.0.1:PORT``)."""
+        if self._server is not None:
+            return self.base_url
+        handler = type("BoundHandler", (Handler,), {"emulator": self})
+        server = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
+        server.daemon_threads = True
+        server.block_on_close = False  # stalled streams must not block stop()
+        self._server = server
+        self.stopping.clear()
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="ctxfold-emulator", daemon=True)
+        self._thread.start()
+        return self.base_url
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (idempotent)."""
+        self.stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> Emulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` of the running server."""
+        if self._server is None:
+            raise RuntimeError("the emulator is not running; call start() first")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def reset_cache(self) -> None:
+        """Forget every cached prefix."""
+        with self._lock:
+            self.cache.reset()
+
+    def inject(self, fault: Fault) -> None:
+        """Install a fault rule now (``at=None`` → the next ``fault.count`` requests)."""
+        self.faults.add(fault)
+
+    # -- request processing (transport-independent) ---------------------------------------------
+
+    def process(self, path: str, raw: bytes) -> Outcome:
+        """Answer one request: pick its fault, parse, account, reply. Thread-safe."""
+        with self._lock:
+            index = len(self.requests)
+            self.requests.append(RequestRecord(index=index, path=path, body={}, status=0))
+        fault = self.faults.take(index)
+        outcome = self._answer(index, path, raw, fault)
+        with self._lock:
+            self.requests[index] = outcome.record
+        return outcome
+
+    def _record(self, index: int, path: str, body: Mapping[str, Any], status: int,
+                fault: Fault | None, **fields: Any) -> RequestRecord:
+        return RequestRecord(index=index, path=path, body=body, status=status,
+                             fault=fault.kind if fault else None, **fields)
+
+    def _answer(self, index: int, path: str, raw: bytes, fault: Fault | None) -> Outcome:
+        profile = self.profile
+        paths = CHAT_PATHS if profile.wire == "chat" else RESPONSES_PATHS
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            err = wire_chat.error_body(profile, 400, "Invalid Format: the request body must be "
+                                       "a JSON object", err_type="invalid_request_error")
+            return Outcome(400, err, record=self._record(index, path, {}, 400, fault))
+        if path not in paths:
+            err = wire_chat.error_body(profile, 404, f"no route {path!r} on the {profile.name} "
+                                       f"emulator; use {' or '.join(paths)}",
+                                       err_type="invalid_request_error")
+            return Outcome(404, err, record=self._record(index, path, body, 404, fault))
+        if fault is not None and fault.kind in ("rate_limit", "overloaded"):
+            return self._refusal(index, path, body, fault)
+        try:
+            return self._complete(index, path, body, fault)
+        except WireError as exc:
+            return Outcome(exc.status, dict(exc.body),
+                           record=self._record(index, path, body, exc.status, fault))
+
+    def _refusal(self, index: int, path: str, body: Mapping[str, Any], fault: Fault) -> Outcome:
+        if fault.kind == "rate_limit":
+            status, err_type = 429, "rate_limit_error"
+            text = "Rate Limit Reached: request rate or concurrency limit reached (emulated)"
+            headers = {"Retry-After": f"{fault.retry_after:g}"}
+        else:
+            status, err_type = 503, "server_error"
+            text = "Server Overloaded: please retry after a brief wait (emulated)"
+            headers = {}
+        err = wire_chat.error_body(self.profile, status, text, err_type=err_type)
+        return Outcome(status, err, headers=headers, fault=fault,
+                       record=self._record(index, path, body, status, fault))
+
+    def _complete(self, index: int, path: str, body: Mapping[str, Any],
+                  fault: Fault | None) -> Outcome:
+        profile = self.profile
+        responses = profile.wire == "responses"
+        parsed = (wire_responses.parse_responses(profile, body) if responses
+                  else wire_chat.parse_chat(profile, body))
+        input_ids = encode_segments(self.tokens, request_segments(parsed.messages, parsed.tools))
+        prompt = len(input_ids)
+        completion_budget = parsed.max_output or profile.default_max_output(body)
+        created = int(self.clock())
+        response_id = f"emu{index:06d}"
+        if prompt + completion_budget > profile.window:
+            record = self._record(index, path, body, 400, fault, prompt_tokens=prompt)
+            if responses and parsed.stream:
+                events = wire_responses.overflow_stream(parsed, response_id=response_id,
+                                                        created=created)
+                return Outcome(200, events=list(events), record=record)
+            err = (wire_responses.overflow_error() if responses
+                   else wire_chat.overflow_error(profile, prompt, completion_budget))
+            return Outcome(400, dict(err.body), record=record)
+        if fault is not None and fault.kind == "stall":
+            # The request waits for inference and never gets it: nothing is cached.
+            return Outcome(200, fault=fault, stream=parsed.stream,
+                           record=self._record(index, path, body, 200, fault,
+                                               prompt_tokens=prompt))
+        with self._lock:
+            reply = self._script.reply(body, profile, parsed.messages)
+            output_ids = encode_segments(self.tokens, [assistant_body(reply.message())])
+            reasoning = (len(self.tokens.encode(reply.reasoning)) if reply.reasoning else 0)
+            scope = (wire_responses.cache_scope(parsed, input_ids) if responses
+                     else parsed.cache_scope)
+            persist_output = not reply.reasoning or profile.cache_thinking_output
+            result = self.cache.account(scope, input_ids, output_ids if persist_output else ())
+        acc = Accounting(prompt=prompt, hit=result.hit_tokens, completion=len(output_ids),
+                         reasoning=reasoning)
+        if responses:
+            usage = wire_responses.usage_dict(acc)
+            if parsed.stream:
+                events = list(wire_responses.responses_stream(
+                    parsed, reply, acc, response_id=response_id, created=created))
+            else:
+                json_body = wire_responses.response_object(
+                    parsed, reply, acc, response_id=response_id, created=created)
+        else:
+            usage = wire_chat.usage_dict(profile, acc)
+            if parsed.stream:
+                events = list(wire_chat.chat_stream(profile, parsed, reply, acc,
+                                                    response_id=response_id, created=created))
+            else:
+                json_body = wire_chat.chat_response(profile, parsed, reply, acc,
+                                                    response_id=response_id, created=created)
+        record = self._record(index, path, body, 200, fault, usage=usage, prompt_tokens=prompt,
+                              cache_hit_tokens=acc.hit, completion_tokens=acc.completion)
+        if parsed.stream:
+            return Outcome(200, events=events, fault=fault, record=record, stream=True)
+        return Outcome(200, json_body, fault=fault, record=record)
+

@@ -1,0 +1,249 @@
+"""Compare-and-swap installs, receipts and telemetry (SPEC §1 invariants 7, 8, 11; origin §3.9).
+
+Every install compares what it captured when the operation started (transcript version,
+canonical length, projection version, generation — in memory and on disk) and loses cleanly
+if anything moved. State is persisted first; if the sidecar write fails the previous
+in-memory state is restored and no applied receipt exists anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ctxfold.kernel.fingerprint import covered_prefix_hash
+from ctxfold.kernel.types import (
+    CacheState,
+    Message,
+    Projection,
+    Receipt,
+    ReceiptAction,
+    ReceiptStatus,
+    SidecarState,
+    TelemetryRecord,
+    Usage,
+    utc_now,
+)
+
+if TYPE_CHECKING:
+    from ctxfold.kernel.registry import Registry
+
+MAX_TELEMETRY = 256
+
+
+class StaleContextError(Exception):
+    """Internal: the CAS comparison failed (something moved during the operation)."""
+
+
+@attrs.frozen
+class Capture:
+    """What an operation saw when it started."""
+
+    transcript_version: int
+    canonical_len: int
+    projection_version: int
+    generation: int
+
+
+class Committer:
+    """Owns the sidecar state of one session and every write to it."""
+
+    def __init__(
+        self,
+        state: SidecarState,
+        *,
+        save: Callable[[SidecarState], None],
+        reload: Callable[[], SidecarState | None],
+        registry: Registry | None = None,
+        hooks: Any = None,
+        session_id: str = "",
+    ) -> None:
+        self.state = state
+        self.transcript_version = state.transcript_version
+        self._save = save
+        self._reload = reload
+        self.registry = registry
+        self.hooks = hooks
+        self.session_id = session_id
+        self.cache_hit_tokens = 0
+        self.cache_miss_tokens = 0
+
+    # -- capture and compare -----------------------------------------------------------------
+
+    def capture(self, canonical_len: int) -> Capture:
+        projection = self.state.projection
+        return Capture(
+            transcript_version=self.transcript_version,
+            canonical_len=canonical_len,
+            projection_version=projection.projection_version if projection else 0,
+            generation=self.state.generation,
+        )
+
+    def _check(self, captured: Capture, canonical_len: int) -> None:
+        now = self.capture(canonical_len)
+        if now != captured:
+            raise StaleContextError("context changed in this process during the operation")
+        disk = self._reload()
+        if disk is not None and disk.generation != captured.generation:
+            # Another process committed: adopt its newer state so we never overwrite it.
+            self.state = disk
+            raise StaleContextError("context changed on disk during the operation")
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def _persist(self, new_state: SidecarState) -> None:
+        previous = self.state
+        new_state = attrs.evolve(
+            new_state, transcript_version=self.transcript_version, updated_at=utc_now()
+        )
+        self.state = new_state
+        try:
+            self._save(new_state)
+        except BaseException:
+            self.state = previous
+            raise
+
+    def install(
+        self,
+        captured: Capture,
+        canonical: Sequence[Message],
+        *,
+        body: Sequence[Message],
+        covered_count: int,
+        receipt: Receipt,
+        telemetry: TelemetryRecord,
+        source_tokens: int,
+        projection_tokens: int,
+        summary_hash: str = "",
+        view_input_hash: str = "",
+        view_output_hash: str = "",
+    ) -> Receipt:
+        """CAS-commit a new projection; raises StaleContextError if the context moved."""
+        self._check(captured, len(canonical))
+        version = captured.projection_version + 1
+        projection = Projection(
+            messages=tuple(body),
+            transcript_version=self.transcript_version,
+            projection_version=version,
+            covered_count=covered_count,
+            covered_prefix_hash=covered_prefix_hash(canonical, covered_count),
+            summary_hash=summary_hash,
+            source_tokens=source_tokens,
+            projection_tokens=projection_tokens,
+            view_input_hash=view_input_hash,
+            view_output_hash=view_output_hash,
+            created_at=utc_now(),
+        )
+        receipt = attrs.evolve(
+            receipt,
+            operation_id=f"{receipt.action.value}-{version}-{view_output_hash[:12]}",
+            status=ReceiptStatus.APPLIED,
+            projection_version=version,
+            covered_count=covered_count,
+            covered_prefix_hash=projection.covered_prefix_hash,
+            cache_break=True,
+            generation=captured.generation + 1,
+            created_at=utc_now(),
+        )
+        telemetry = attrs.evolve(telemetry, projection_version=version)
+        self._persist(
+            attrs.evolve(
+                self.state,
+                projection=projection,
+                generation=captured.generation + 1,
+                last_receipt=receipt,
+                telemetry=self._with_telemetry(telemetry),
+            )
+        )
+        if self.hooks is not None:
+            self.hooks.ctxfold_after_install(session_id=self.session_id, receipt=receipt)
+        return receipt
+
+    def record(self, receipt: Receipt, telemetry: TelemetryRecord | None = None) -> Receipt:
+        """Persist a blocked/failed/noop receipt; bumps the generation (not the version).
+
+        A repeat of the same failure for the same input is not re-recorded.
+        """
+        last = self.state.last_receipt
+        if (
+            last is not None
+            and last.status == receipt.status
+            and last.input_hash == receipt.input_hash
+            and last.reason == receipt.reason
+            and last.generation == self.state.generation
+        ):
+            return last
+        projection = self.state.projection
+        generation = self.state.generation + 1
+        receipt = attrs.evolve(
+            receipt,
+            operation_id=f"{receipt.status.value}-{generation}-{receipt.input_hash[:12]}",
+            projection_version=projection.projection_version if projection else 0,
+            covered_count=projection.covered_count if projection else 0,
+            generation=generation,
+            created_at=utc_now(),
+        )
+        telemetries = self._with_telemetry(telemetry) if telemetry else self.state.telemetry
+        self._persist(
+            attrs.evolve(
+                self.state, generation=generation, last_receipt=receipt, telemetry=telemetries
+            )
+        )
+        return receipt
+
+    def record_resume(self, label: CacheState) -> None:
+        """Record the resume label in the sidecar telemetry (nothing else changes)."""
+        record = TelemetryRecord(kind="resume", cache_state=label, created_at=utc_now())
+        self._persist(
+            attrs.evolve(
+                self.state, last_cache_state=label, telemetry=self._with_telemetry(record)
+            )
+        )
+
+    def observe_cache(self, usage: Usage) -> None:
+        """Accumulate observed cache hits/misses (in memory; written with the next record)."""
+        self.cache_hit_tokens += usage.cache_hit_tokens
+        self.cache_miss_tokens += usage.cache_miss_tokens
+
+    def telemetry(self, **fields: Any) -> TelemetryRecord:
+        """A telemetry record carrying the observed cache counters and state."""
+        return TelemetryRecord(
+            cache_state=self.state.last_cache_state,
+            cache_hit_tokens=self.cache_hit_tokens,
+            cache_miss_tokens=self.cache_miss_tokens,
+            created_at=utc_now(),
+            **fields,
+        )
+
+    def after_rewind(self, canonical: Sequence[Message]) -> None:
+        """Drop a projection that covers more than the rewound transcript."""
+        self.transcript_version += 1
+        projection = self.state.projection
+        if projection is not None and projection.covered_count > len(canonical):
+            self._persist(attrs.evolve(self.state, projection=None))
+
+    def _with_telemetry(self, record: TelemetryRecord) -> tuple[TelemetryRecord, ...]:
+        return (*self.state.telemetry, record)[-MAX_TELEMETRY:]
+
+
+def blocked_receipt(
+    status: ReceiptStatus,
+    trigger: str,
+    reason: str,
+    *,
+    input_hash: str,
+    input_tokens: int,
+    action: ReceiptAction = ReceiptAction.SUMMARY,
+) -> Receipt:
+    """A not-applied receipt (ids and versions filled in by :meth:`Committer.record`)."""
+    return Receipt(
+        operation_id="",
+        status=status,
+        action=action,
+        trigger=trigger,
+        input_hash=input_hash,
+        input_tokens=input_tokens,
+        reason=reason,
+    )

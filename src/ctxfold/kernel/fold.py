@@ -1,0 +1,143 @@
+"""Planning a fold: head, 16% tail, fold region, safe prefix, new body (SPEC §3.3).
+
+Pure functions over a view (``projection.messages + canonical[covered_count:]``). The view
+is described by ``body_len`` (how many leading view messages come from the projection body)
+and ``covered_count`` (how many canonical messages that body stands for), so a fold can be
+mapped back to canonical coverage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from ctxfold.kernel.types import Message
+
+TAIL_RATIO = 0.16
+HEAD_PIN_RATIO = 0.08
+MIN_FOLD_TOKENS = 400
+MIN_FOLD_MESSAGES = 2
+PROTOCOL_RESERVE = 256
+
+TokenCount = Callable[[Message], int]
+
+
+@attrs.frozen
+class FoldPlan:
+    """Where a fold cuts the view: ``view[head:end]`` folds, ``view[end:]`` stays verbatim."""
+
+    head: int
+    end: int
+    tail_start: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.head
+
+
+def is_summary(message: Message) -> bool:
+    """A host-written compaction summary message (SPEC §3.4)."""
+    return message.role == "user" and message.content.lstrip().startswith("<compaction-summary>")
+
+
+def head_length(view: Sequence[Message], window: int, count: TokenCount) -> int:
+    """Leading system message + the task statement (first user message) while it is ≤ 8%
+    of the window. Pinned verbatim, so successive checkpoints keep the same cached head."""
+    head = 0
+    if head < len(view) and view[head].role == "system":
+        head += 1
+    if (
+        head < len(view)
+        and view[head].role == "user"
+        and not is_summary(view[head])
+        and count(view[head]) <= HEAD_PIN_RATIO * window
+    ):
+        head += 1
+    return head
+
+
+def tail_start(view: Sequence[Message], head: int, window: int, count: TokenCount) -> int:
+    """Start of the verbatim tail: newest messages within 16% of the window, never starting
+    on a tool result, always keeping the newest complete round."""
+    budget = int(window * TAIL_RATIO)
+    start = len(view)
+    used = 0
+    while start > head:
+        tokens = count(view[start - 1])
+        if used + tokens > budget:
+            break
+        used += tokens
+        start -= 1
+    # Never split an assistant tool call from its results.
+    while head < start < len(view) and view[start].role == "tool":
+        start -= 1
+    # Keep at least the newest complete round (last assistant message and what follows).
+    last_assistant = next(
+        (i for i in range(len(view) - 1, head - 1, -1) if view[i].role == "assistant"), None
+    )
+    if last_assistant is not None:
+        start = min(start, last_assistant)
+    elif start == len(view) and len(view) > head:
+        start = len(view) - 1
+    return max(start, head)
+
+
+def plan_fold(
+    view: Sequence[Message],
+    window: int,
+    count: TokenCount,
+    *,
+    forced: bool,
+) -> FoldPlan | None:
+    """The fold region between head and tail, or ``None`` when nothing worth folding remains
+    (fewer than 2 messages, or under 400 tokens unless ``forced``)."""
+    head = head_length(view, window, count)
+    start = tail_start(view, head, window, count)
+    if start - head < MIN_FOLD_MESSAGES:
+        return None
+    if not forced and sum(count(m) for m in view[head:start]) < MIN_FOLD_TOKENS:
+        return None
+    return FoldPlan(head=head, end=start, tail_start=start)
+
+
+def balanced_ends(view: Sequence[Message], plan: FoldPlan) -> list[int]:
+    """Fold ends that do not cut between an assistant tool call and its results."""
+    return [
+        end
+        for end in range(plan.head + MIN_FOLD_MESSAGES, plan.tail_start + 1)
+        if end == len(view) or view[end].role != "tool"
+    ]
+
+
+def largest_safe_end(ends: Sequence[int], fits: Callable[[int], bool]) -> int | None:
+    """Binary search the largest end whose summary request fits (SPEC §3.3)."""
+    lo, hi, best = 0, len(ends) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(ends[mid]):
+            best = ends[mid]
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def fold_body(
+    view: Sequence[Message],
+    plan: FoldPlan,
+    summary: Message,
+    *,
+    body_len: int,
+    covered_count: int,
+) -> tuple[list[Message], int]:
+    """New projection body and its ``covered_count`` after folding ``view[head:end]``.
+
+    A fold ending inside the old body keeps the old coverage and carries the unfolded rest of
+    the old body verbatim; a fold reaching into the canonical tail extends coverage.
+    """
+    body = [*view[: plan.head], summary]
+    if plan.end <= body_len:
+        body.extend(view[plan.end : body_len])
+        return body, covered_count
+    return body, covered_count + (plan.end - body_len)

@@ -1,0 +1,322 @@
+"""``prepare()``: prune first, then at most N summary folds, each CAS-committed (SPEC §3.2).
+
+Below the trigger nothing is written: no projection, no sidecar write, no summary call, no
+event. Above it, oversized tool results are pruned first; if that does not clear the
+pressure, the fold region is summarized into one checkpoint. Every outcome leaves a receipt.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ctxfold.kernel import fold as folding
+from ctxfold.kernel.commit import StaleContextError, blocked_receipt
+from ctxfold.kernel.errors import CompactionRequiredError, CtxfoldError, SummaryFailedError
+from ctxfold.kernel.fingerprint import content_hash, fingerprint
+from ctxfold.kernel.strategies import SummaryRequest
+from ctxfold.kernel.summary import (
+    build_summary_request,
+    summary_output_cap,
+    validate_summary_result,
+    wrap_summary,
+)
+from ctxfold.kernel.types import (
+    Message,
+    Receipt,
+    ReceiptAction,
+    ReceiptStatus,
+    RequestShape,
+)
+
+if TYPE_CHECKING:
+    from ctxfold.kernel.engine import ContextManager, PreparedRequest, PrepareTrigger
+
+#: Summary attempts per prepare: 2 under pressure, 1 on overflow, 1 manual (4 manual above
+#: the hard ceiling).
+MAX_SUMMARIES = {"pressure": 2, "overflow": 1, "manual": 1}
+MANUAL_RESCUE_SUMMARIES = 4
+ABOVE_TRIGGER = "summary result remains above fold trigger after {n} attempts"
+NO_REGION = "above the maintenance threshold but no foldable region remains"
+NOT_SMALLER = "checkpoint candidate is not smaller than the request it replaces"
+ABOVE_CEILING = "checkpoint candidate is not below the hard ceiling"
+NO_SAFE_PREFIX = "no summary request fits the window"
+STALE = "context changed during summary; automatic retry blocked for this generation"
+
+
+class _Run:
+    """One prepare() call: the view it is working on and what it did."""
+
+    def __init__(self, cm: ContextManager, trigger: PrepareTrigger, focus: str | None) -> None:
+        self.cm = cm
+        self.trigger = trigger
+        self.focus = focus
+        self.view = cm.view()
+        self.tokens = cm.estimate(self.view)
+        self.summary_calls = 0
+        self.action = "none"
+
+    def result(self) -> PreparedRequest:
+        from ctxfold.kernel.engine import PreparedRequest
+
+        projection = self.cm.state.projection
+        return PreparedRequest(
+            messages=tuple(self.view),
+            tools=self.cm.tools,
+            tokens=self.tokens,
+            projection_version=projection.projection_version if projection else 0,
+            trigger_tokens=self.cm.trigger_tokens,
+            summary_calls=self.summary_calls,
+            action=self.action,
+        )
+
+    def refresh(self) -> None:
+        self.view = self.cm.view()
+        self.tokens = self.cm.estimate(self.view)
+
+    def receipt(self, status: ReceiptStatus, reason: str, action: ReceiptAction) -> Receipt:
+        cm = self.cm
+        return cm.committer.record(
+            blocked_receipt(
+                status,
+                self.trigger,
+                reason,
+                input_hash=cm.input_hash(self.view),
+                input_tokens=self.tokens,
+                action=action,
+            ),
+            cm.committer.telemetry(
+                kind="prepare",
+                trigger=self.trigger,
+                action=f"{action.value}:{status.value}",
+                tokens_before=self.tokens,
+                tokens_after=self.tokens,
+                summary_calls=self.summary_calls,
+                detail=reason,
+            ),
+        )
+
+    # -- prune -------------------------------------------------------------------------------
+
+    def prune(self) -> bool:
+        cm = self.cm
+        pruned = cm.pruner.prune(self.view)
+        if pruned is None:
+            return False
+        new_view, affected = pruned
+        new_tokens = cm.estimate(new_view)
+        if new_tokens >= self.tokens:
+            return False
+        captured = cm.capture()
+        input_hash = cm.input_hash(self.view)
+        output_hash = fingerprint(new_view)
+        receipt = Receipt(
+            operation_id="",
+            status=ReceiptStatus.APPLIED,
+            action=ReceiptAction.PRUNE,
+            trigger=self.trigger,
+            input_hash=input_hash,
+            output_hash=output_hash,
+            input_tokens=self.tokens,
+            result_tokens=new_tokens,
+            saved_tokens=self.tokens - new_tokens,
+            affected_tool_results=affected,
+        )
+        try:
+            cm.committer.install(
+                captured,
+                cm.canonical,
+                body=new_view,
+                covered_count=len(cm.canonical),
+                receipt=receipt,
+                telemetry=cm.committer.telemetry(
+                    kind="install",
+                    trigger=self.trigger,
+                    action="prune",
+                    tokens_before=self.tokens,
+                    tokens_after=new_tokens,
+                    saved_tokens=self.tokens - new_tokens,
+                ),
+                source_tokens=self.tokens,
+                projection_tokens=new_tokens,
+                view_input_hash=input_hash,
+                view_output_hash=output_hash,
+            )
+        except StaleContextError:
+            self.refresh()
+            self.receipt(ReceiptStatus.BLOCKED, STALE, ReceiptAction.PRUNE)
+            return False
+        self.action = "prune"
+        self.refresh()
+        return True
+
+    # -- fold --------------------------------------------------------------------------------
+
+    def fold(self, forced: bool) -> str:
+        """One summary fold. Returns installed | noop | failed | rejected | stale."""
+        cm = self.cm
+        window = cm.window
+        planned = folding.plan_fold(self.view, window, cm._count, forced=forced)
+        if planned is None:
+            self.receipt(ReceiptStatus.BLOCKED, NO_REGION, ReceiptAction.NOOP)
+            return "noop"
+        plan = planned
+        system = self.view[0] if self.view and self.view[0].role == "system" else None
+        limit = window - summary_output_cap(window) - folding.PROTOCOL_RESERVE
+
+        def request_for(end: int) -> SummaryRequest:
+            return build_summary_request(
+                system, self.view[plan.head : end], cm.tools, window=window, focus=self.focus
+            )
+
+        def fits(end: int) -> bool:
+            req = request_for(end)
+            return cm.estimator.estimate(RequestShape(list(req.messages), req.tools)) <= limit
+
+        end = plan.end
+        if not fits(end):
+            safe = folding.largest_safe_end(folding.balanced_ends(self.view, plan), fits)
+            if safe is None:
+                self.receipt(ReceiptStatus.BLOCKED, NO_SAFE_PREFIX, ReceiptAction.SUMMARY)
+                return "rejected"
+            end = safe
+        plan = folding.FoldPlan(head=plan.head, end=end, tail_start=plan.tail_start)
+        captured = cm.capture()
+        input_hash = cm.input_hash(self.view)
+        self.summary_calls += 1
+        cm.summary_calls += 1
+        cm.progress.summary_turn = cm.turn
+        try:
+            text = validate_summary_result(cm.summarizer.summarize(request_for(end)))
+        except CtxfoldError as exc:
+            status = (
+                ReceiptStatus.BLOCKED
+                if isinstance(exc, SummaryFailedError)
+                else ReceiptStatus.FAILED
+            )
+            self.receipt(status, f"summary failed: {exc}", ReceiptAction.SUMMARY)
+            cm.progress.failed_turn = cm.turn
+            if self.trigger == "manual":
+                raise
+            return "failed"
+        summary = wrap_summary(text)
+        projection = cm.state.projection
+        body, covered = folding.fold_body(
+            self.view,
+            plan,
+            summary,
+            body_len=len(projection.messages) if projection else 0,
+            covered_count=projection.covered_count if projection else 0,
+        )
+        canonical = cm.canonical
+        candidate = body + [m for m in canonical[covered:] if not m.local_only]
+        new_tokens = cm.estimate(candidate)
+        if new_tokens >= self.tokens:
+            self.receipt(ReceiptStatus.BLOCKED, NOT_SMALLER, ReceiptAction.SUMMARY)
+            return "rejected"
+        if self.trigger != "manual" and new_tokens >= cm.hard_ceiling:
+            self.receipt(ReceiptStatus.BLOCKED, ABOVE_CEILING, ReceiptAction.SUMMARY)
+            return "rejected"
+        output_hash = fingerprint(candidate)
+        try:
+            cm.committer.install(
+                captured,
+                canonical,
+                body=body,
+                covered_count=covered,
+                receipt=Receipt(
+                    operation_id="",
+                    status=ReceiptStatus.APPLIED,
+                    action=ReceiptAction.SUMMARY,
+                    trigger=self.trigger,
+                    input_hash=input_hash,
+                    output_hash=output_hash,
+                    input_tokens=self.tokens,
+                    result_tokens=new_tokens,
+                    saved_tokens=self.tokens - new_tokens,
+                    summary_hash=content_hash(text),
+                ),
+                telemetry=cm.committer.telemetry(
+                    kind="install",
+                    trigger=self.trigger,
+                    action="summary",
+                    tokens_before=self.tokens,
+                    tokens_after=new_tokens,
+                    saved_tokens=self.tokens - new_tokens,
+                    summary_calls=1,
+                ),
+                source_tokens=self.tokens,
+                projection_tokens=new_tokens,
+                summary_hash=content_hash(text),
+                view_input_hash=input_hash,
+                view_output_hash=output_hash,
+            )
+        except StaleContextError:
+            self.refresh()
+            self.receipt(ReceiptStatus.BLOCKED, STALE, ReceiptAction.SUMMARY)
+            return "stale"
+        self.action = "summary"
+        self.refresh()
+        return "installed"
+
+
+def run_prepare(
+    cm: ContextManager, trigger: PrepareTrigger, focus: str | None
+) -> PreparedRequest:
+    """The body of :meth:`ContextManager.prepare`."""
+    run = _Run(cm, trigger, focus)
+    fold_at, hard = cm.trigger_tokens, cm.hard_ceiling
+    progress = cm.progress
+    if trigger == "pressure":
+        if run.tokens < fold_at:
+            progress.clear()
+            return run.result()
+        input_hash = cm.input_hash(run.view)
+        last = cm.state.last_receipt
+        if run.tokens < hard and (
+            (
+                last is not None
+                and last.status in (ReceiptStatus.BLOCKED, ReceiptStatus.FAILED)
+                and last.input_hash == input_hash
+                and last.generation == cm.state.generation
+            )
+            or progress.stuck_hash == input_hash
+            or progress.failed_turn == cm.turn
+        ):
+            return run.result()
+    must_free = trigger == "overflow" or run.tokens >= hard
+    if (trigger != "manual" or run.tokens >= hard) and run.prune() and (
+        (trigger == "pressure" and run.tokens < fold_at)
+        or (trigger != "pressure" and run.tokens < hard)
+    ):
+        return run.result()
+    attempts = MAX_SUMMARIES[trigger]
+    if trigger == "manual" and run.tokens >= hard:
+        attempts = MANUAL_RESCUE_SUMMARIES
+    outcome = ""
+    for _ in range(attempts):
+        if trigger == "pressure" and run.summary_calls == 0 and progress.summary_turn == cm.turn:
+            break  # one turn never pays two automatic summaries
+        outcome = run.fold(forced=trigger == "manual" or must_free)
+        if outcome != "installed":
+            break
+        if run.tokens < fold_at or (trigger != "pressure" and run.tokens < hard):
+            progress.clear()
+            return run.result()
+        must_free = trigger == "overflow" or run.tokens >= hard
+    if outcome == "installed" and run.tokens >= fold_at:
+        run.receipt(
+            ReceiptStatus.BLOCKED,
+            ABOVE_TRIGGER.format(n=run.summary_calls),
+            ReceiptAction.SUMMARY,
+        )
+        progress.stuck_hash = cm.input_hash(run.view)
+    if run.tokens >= hard:
+        raise CompactionRequiredError(
+            f"session {cm.session_id!r}: request of {run.tokens} tokens is at or above the hard "
+            f"ceiling {hard} (window {cm.window}) and no checkpoint could be installed; "
+            f"last receipt: {cm.state.last_receipt.reason if cm.state.last_receipt else 'none'}"
+        )
+    return run.result()
+
+
+__all__ = ["Message", "run_prepare"]

@@ -1,0 +1,196 @@
+"""Loading and saving the sidecar ``<session>.context.json`` (SPEC §3.5, §4.2).
+
+The kernel never imports the codec plugin: callers pass the codec the registry built
+(kind ``sidecar_format``, name ``v3``; see :func:`sidecar_codec`).
+
+Loading never fails because of a damaged sidecar: unreadable bytes, invalid JSON or an
+invalid shape discard the file (the store moves it aside) and start from a fresh state,
+with a notice. Only a sidecar from a *newer* ctxfold raises, because discarding it would be
+a silent downgrade. A decoded projection is then checked against the canonical transcript;
+when it no longer matches, only the projection body is dropped (receipts, telemetry and
+generation stay).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
+
+from ctxfold.kernel.errors import SidecarError, SidecarVersionError
+from ctxfold.kernel.fingerprint import covered_prefix_hash, fingerprint
+from ctxfold.kernel.types import SIDECAR_SCHEMA_VERSION, Message, SidecarState, utc_now
+
+if TYPE_CHECKING:
+    from ctxfold.config.schema import Config
+    from ctxfold.kernel.registry import Registry
+    from ctxfold.kernel.strategies import Store
+
+#: The codec the kernel asks the registry for.
+SIDECAR_FORMAT = "v3"
+
+
+@runtime_checkable
+class SidecarCodec(Protocol):
+    """What a ``sidecar_format`` factory returns."""
+
+    def decode(self, data: Mapping[str, Any]) -> SidecarState:
+        """Decode any sidecar form the codec knows; :class:`SidecarError` if invalid,
+        :class:`SidecarVersionError` if newer than the codec."""
+        ...
+
+    def encode(self, state: SidecarState) -> dict[str, Any]:
+        """The current-schema JSON document of ``state``."""
+        ...
+
+
+def sidecar_codec(registry: Registry, config: Config, name: str = SIDECAR_FORMAT) -> SidecarCodec:
+    """Build the sidecar codec ``name`` from the registry."""
+    from ctxfold.kernel.strategies import StrategyContext
+
+    codec: SidecarCodec = registry.create(
+        "sidecar_format", name, StrategyContext(config=config, registry=registry)
+    )
+    return codec
+
+
+def fresh_state() -> SidecarState:
+    """The state of a session without a sidecar: no projection, no receipt, generation 0."""
+    return SidecarState()
+
+
+def load_sidecar(
+    store: Store, codec: SidecarCodec, session_id: str, canonical: Sequence[Message]
+) -> tuple[SidecarState, list[str]]:
+    """Load and validate the sidecar of ``session_id``; returns ``(state, notices)``.
+
+    Missing → fresh state. Unreadable, invalid JSON or invalid shape → the store discards
+    the file (kept aside for audit) and a fresh state is returned with a notice. Newer schema
+    → :class:`SidecarVersionError` (the file is left alone). Nothing is written otherwise:
+    a re-normalised or dropped projection is only persisted by the next save.
+    """
+    try:
+        raw = store.read_sidecar(session_id)
+        if raw is None:
+            return fresh_state(), []
+        state = codec.decode(json.loads(raw.decode("utf-8")))
+    except SidecarVersionError:
+        raise
+    except (SidecarError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        reason = f"unreadable or invalid: {exc}"
+        store.discard_sidecar(session_id, reason)
+        return fresh_state(), [
+            f"session {session_id!r}: sidecar discarded ({reason}); "
+            "the context view was rebuilt from the transcript"
+        ]
+    return validate_projection(state, canonical, session_id)
+
+
+def _leading_system(messages: Sequence[Message]) -> int:
+    n = 0
+    while n < len(messages) and messages[n].role == "system":
+        n += 1
+    return n
+
+
+def _promoted(messages: Sequence[Message]) -> list[Message]:
+    """The 'promoted' form [origin §7]: tool results carried their full raw text."""
+    return [
+        attrs.evolve(m, content=m.raw_content)
+        if m.role == "tool" and m.raw_content is not None
+        else m
+        for m in messages
+    ]
+
+
+def validate_projection(
+    state: SidecarState, canonical: Sequence[Message], session_id: str = ""
+) -> tuple[SidecarState, list[str]]:
+    """Keep, repair or drop ``state.projection`` against ``canonical`` (SPEC §3.5, §4.2).
+
+    Valid when the body is non-empty, ``0 < covered_count <= len(canonical)`` and the stored
+    ``covered_prefix_hash`` equals the fingerprint of ``canonical[:covered_count]`` — also
+    after substituting the body's own leading system messages for canonical's (a refreshed
+    system prompt: the body's system messages are then refreshed from canonical and the hash
+    re-normalised). A hash that equals the *promoted* form (tool ``content`` replaced by
+    ``raw_content``, written during origin's promoted-RawContent window) is re-normalised to
+    the bounded hash. Anything else drops only the projection body.
+    """
+    projection = state.projection
+    if projection is None:
+        return state, []
+    where = f"session {session_id!r}: " if session_id else ""
+    count = projection.covered_count
+    stored = projection.covered_prefix_hash
+    body = projection.messages
+    if not body or not stored or not 0 < count <= len(canonical):
+        why = (
+            f"covers {count} messages but the transcript has {len(canonical)}"
+            if body and stored
+            else "it is empty or has no covered-prefix hash"
+        )
+        return _drop(state, f"{where}saved projection dropped ({why}); using the full transcript")
+    covered = canonical[:count]
+    current = covered_prefix_hash(canonical, count)
+    if stored == current:
+        return state, []
+    body_sys, canon_sys = _leading_system(body), _leading_system(covered)
+    refreshed = [*body[:body_sys], *covered[canon_sys:]]
+    candidates: list[tuple[str, Sequence[Message]]] = [
+        ("promoted", _promoted(covered)),
+        ("system", refreshed),
+        ("promoted+system", _promoted(refreshed)),
+    ]
+    for kind, form in candidates:
+        if (kind == "promoted" or body_sys or canon_sys) and fingerprint(form) == stored:
+            new_body = body
+            if kind != "promoted":
+                new_body = (*covered[:canon_sys], *body[body_sys:])
+            new = attrs.evolve(projection, messages=tuple(new_body), covered_prefix_hash=current)
+            what = {
+                "promoted": "written when full tool output was provider-visible; hash "
+                "re-normalised to the bounded form",
+                "system": "system prompt refreshed from the transcript",
+                "promoted+system": "promoted tool output re-normalised and system prompt "
+                "refreshed",
+            }[kind]
+            return attrs.evolve(state, projection=new), [f"{where}saved projection kept ({what})"]
+    return _drop(
+        state,
+        f"{where}saved projection dropped (it no longer matches the first {count} transcript "
+        "messages); using the full transcript, receipts kept",
+    )
+
+
+def _drop(state: SidecarState, notice: str) -> tuple[SidecarState, list[str]]:
+    return attrs.evolve(state, projection=None), [notice]
+
+
+def dumps_state(codec: SidecarCodec, state: SidecarState) -> bytes:
+    """Pretty JSON (2-space indent) + newline, as written to disk."""
+    document = codec.encode(state)
+    try:
+        text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escape it so the file stays valid UTF-8
+        return (json.dumps(document, indent=2) + "\n").encode("ascii")
+
+
+def save_sidecar(store: Store, codec: SidecarCodec, session_id: str, state: SidecarState) -> None:
+    """Write ``state`` as schema 3 with a fresh ``updated_at``, atomically (via the store)."""
+    state = attrs.evolve(state, schema_version=SIDECAR_SCHEMA_VERSION, updated_at=utc_now())
+    store.write_sidecar(session_id, dumps_state(codec, state))
+
+
+__all__ = [
+    "SIDECAR_FORMAT",
+    "SidecarCodec",
+    "dumps_state",
+    "fresh_state",
+    "load_sidecar",
+    "save_sidecar",
+    "sidecar_codec",
+    "validate_projection",
+]

@@ -1,0 +1,61 @@
+"""The ``deepseek`` provider: DeepSeek chat completions (SPEC §5, providers.md §1).
+
+What is sent (``POST {base}/chat/completions``):
+
+* ``max_tokens`` only when ``max_output_tokens`` > 0 — at 0 the field is omitted so the
+  server default applies (8K non-thinking, 64K thinking, 128K at effort ``max``; the cap
+  is 384K);
+* effort ``none`` → ``thinking: {"type": "disabled"}``; otherwise ``reasoning_effort``
+  ``low``/``high``/``max`` (``medium`` is sent as ``high``, which is what DeepSeek maps it to);
+* ``reasoning_content`` replayed on assistant turns that made tool calls, nowhere else;
+* ``stream_options.include_usage``; usage is read from the finish chunk or a trailing
+  usage-only chunk, hits/misses from ``prompt_cache_hit_tokens``/``prompt_cache_miss_tokens``.
+
+Overflow is HTTP 400 with "maximum context length is …" and ``code: invalid_request_error``
+(not ``context_length_exceeded``), parsed by :mod:`ctxfold.kernel.overflow`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.strategies import ChatRequest, StrategyContext, StrategySpec
+from ctxfold.kernel.wire import HttpProvider, ProviderDefaults, build_http_provider
+from ctxfold.plugins.providers._chat import ChatCompletionsTranslator
+
+DEFAULTS = ProviderDefaults(
+    base_url="https://api.deepseek.com",
+    api_key_env="DEEPSEEK_API_KEY",
+    model="deepseek-flash",
+    cache_ttl_minutes=24 * 60,
+)
+_EFFORT = {"low": "low", "medium": "high", "high": "high", "max": "max"}
+
+
+class DeepSeekTranslator(ChatCompletionsTranslator):
+    """Chat completions with DeepSeek's output budget and thinking fields."""
+
+    name = "deepseek"
+
+    def budget_fields(self, request: ChatRequest) -> dict[str, Any]:
+        """``max_tokens`` only for a positive user cap (0 = server default)."""
+        return {"max_tokens": request.max_output_tokens} if request.max_output_tokens > 0 else {}
+
+    def thinking_fields(self, request: ChatRequest) -> dict[str, Any]:
+        """``none`` turns thinking off; other efforts pick the reasoning depth."""
+        if request.effort == "none":
+            return {"thinking": {"type": "disabled"}}
+        return {"reasoning_effort": _EFFORT.get(request.effort, "high")}
+
+
+def create(context: StrategyContext) -> HttpProvider:
+    """Factory: an :class:`HttpProvider` for DeepSeek from ``[provider]``."""
+    return build_http_provider(context, DeepSeekTranslator(), DEFAULTS)
+
+
+@hookimpl
+def ctxfold_providers() -> list[StrategySpec]:
+    """Register the ``deepseek`` provider."""
+    return [StrategySpec(kind="provider", name="deepseek", factory=create,
+                         description="DeepSeek chat completions (api.deepseek.com)")]

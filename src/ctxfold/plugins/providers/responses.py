@@ -1,0 +1,262 @@
+"""The ``responses`` provider: the OpenAI Responses API (SPEC §5, providers.md §3).
+
+What is sent (``POST {base}/responses``, base ``https://api.openai.com/v1``):
+
+* ``input`` items in transcript order: each message as ``{"type": "message", "role",
+  "content"}`` (the system prompt included, as role ``system``), an assistant's tool calls as
+  ``function_call`` items (``call_id``, ``name``, ``arguments``), tool results as
+  ``function_call_output`` (``call_id``, ``output``). The system prompt stays in ``input``
+  rather than ``instructions`` so the request is an append-only image of the transcript and an
+  explicit cache breakpoint can be put on it later (``instructions`` is a plain string that
+  cannot carry one); ``system`` rather than ``developer`` because DeepSeek's Responses
+  endpoint treats ``developer`` as ``user``.
+* ``max_output_tokens`` from the ladder (16K/32K/64K; explicit values win; it includes
+  reasoning tokens), ``reasoning: {"effort": ...}``, ``store: false``, and
+  ``prompt_cache_key`` from ``ChatRequest.cache_key``.
+* Reasoning is not replayed: with ``store: false`` only ``encrypted_content`` could be, and
+  ctxfold's transcript keeps reasoning as text.
+
+Usage comes from ``response.completed`` (``input_tokens_details.cached_tokens``); overflow is
+``context_length_exceeded`` in an HTTP 400 body or an in-stream ``error`` event. Native
+(server-side) compaction is not used: ``supports_native_compaction`` is False.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.strategies import ChatRequest, ChatResponse, StrategyContext, StrategySpec
+from ctxfold.kernel.types import Message, ToolCall, ToolSchema, Usage
+from ctxfold.kernel.wire import (
+    HttpProvider,
+    ProviderDefaults,
+    bad_payload,
+    build_http_provider,
+    error_from_payload,
+    ladder_output_tokens,
+    load_json,
+    stream_cut,
+)
+
+DEFAULTS = ProviderDefaults(
+    base_url="https://api.openai.com/v1",
+    api_key_env="OPENAI_API_KEY",
+    model="gpt-5.5",
+    cache_ttl_minutes=10,
+)
+NAME = "responses"
+
+
+def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The ``input`` list for ``messages`` (local-only messages skipped)."""
+    items: list[dict[str, Any]] = []
+    for m in messages:
+        if m.local_only:
+            continue
+        if m.role == "tool":
+            items.append({"type": "function_call_output", "call_id": m.tool_call_id or "",
+                          "output": m.content})
+            continue
+        if m.role != "assistant" or m.content or not m.tool_calls:
+            items.append({"type": "message", "role": m.role, "content": m.content})
+        for call in m.tool_calls:
+            items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                          "arguments": call.arguments})
+    return items
+
+
+def tool_item(tool: ToolSchema) -> dict[str, Any]:
+    """A tool schema in the Responses function form (no ``function`` wrapper)."""
+    return {"type": "function", "name": tool.name, "description": tool.description,
+            "parameters": dict(tool.parameters)}
+
+
+def responses_usage(data: Any) -> Usage:
+    """Map a Responses ``usage`` object."""
+    if not isinstance(data, Mapping):
+        return Usage()
+    prompt = _int(data.get("input_tokens"))
+    cached = _int(_get(data, "input_tokens_details", "cached_tokens"))
+    return Usage(prompt_tokens=prompt, completion_tokens=_int(data.get("output_tokens")),
+                 cache_hit_tokens=cached, cache_miss_tokens=max(prompt - cached, 0),
+                 reasoning_tokens=_int(_get(data, "output_tokens_details", "reasoning_tokens")))
+
+
+class ResponsesTranslator:
+    """Translator for ``POST {base}/responses``."""
+
+    name = NAME
+    path = "/responses"
+
+    def build_body(self, request: ChatRequest, *, model: str) -> dict[str, Any]:
+        """``input`` right after ``model`` so successive turns extend the same bytes."""
+        body: dict[str, Any] = {"model": model, "input": input_items(request.messages)}
+        if request.tools:
+            body["tools"] = [tool_item(t) for t in request.tools]
+        body["max_output_tokens"] = ladder_output_tokens(request)
+        body["reasoning"] = {"effort": request.effort}
+        body["store"] = False
+        if request.cache_key:
+            body["prompt_cache_key"] = request.cache_key
+        body["stream"] = request.stream
+        return body
+
+    def parse_response(self, data: Any, request_id: str) -> ChatResponse:
+        """Parse a non-streaming ``response`` object."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("output", []), list):
+            raise bad_payload(NAME, "the response object", str(data))
+        if data.get("status") == "failed" or (data.get("error") and not data.get("output")):
+            raise error_from_payload(NAME, data.get("error") or data, "the response failed")
+        stream = ResponsesStream()
+        for index, item in enumerate(data.get("output") or ()):
+            stream.item_done(index, item, from_body=True)
+        stream.terminal(data)
+        return stream.finish(request_id)
+
+    def new_stream(self) -> ResponsesStream:
+        """A fresh assembler."""
+        return ResponsesStream()
+
+
+class ResponsesStream:
+    """Assembles Responses streaming events; complete at ``response.completed`` or
+    ``response.incomplete`` (a ``[DONE]`` line is tolerated but not required)."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[Any, dict[str, Any]] = {}
+        self.usage: Any = None
+        self.finish_reason: str | None = None
+        self.response_id = ""
+
+    def feed(self, event: Any) -> bool:
+        """Consume one SSE event; True at the terminal event."""
+        data = event.data.strip()
+        if data == "[DONE]":
+            return True
+        if not data:
+            return False
+        payload = load_json(NAME, "a stream event", data)
+        if not isinstance(payload, Mapping):
+            raise bad_payload(NAME, "a stream event", data)
+        kind = payload.get("type") or event.event
+        if kind == "error":
+            raise error_from_payload(NAME, payload, "the stream reported an error")
+        if kind == "response.output_text.delta":
+            self.text.append(str(payload.get("delta") or ""))
+        elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            self.reasoning.append(str(payload.get("delta") or ""))
+        elif kind == "response.output_item.added":
+            self._call_start(_key(payload), payload.get("item"))
+        elif kind == "response.function_call_arguments.delta":
+            slot = self.calls.setdefault(_key(payload), _slot())
+            slot["arguments"].append(str(payload.get("delta") or ""))
+        elif kind == "response.output_item.done":
+            self.item_done(_key(payload), payload.get("item"))
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            response = payload.get("response")
+            if not isinstance(response, Mapping):
+                raise bad_payload(NAME, f"the {kind} event", data)
+            if kind == "response.failed":
+                raise error_from_payload(NAME, response.get("error") or response,
+                                         "the response failed")
+            self.terminal(response)
+            return True
+        return False
+
+    def _call_start(self, key: Any, item: Any) -> None:
+        if isinstance(item, Mapping) and item.get("type") == "function_call":
+            slot = self.calls.setdefault(key, _slot())
+            slot["call_id"] = str(item.get("call_id") or slot["call_id"])
+            slot["name"] = str(item.get("name") or slot["name"])
+
+    def item_done(self, key: Any, item: Any, *, from_body: bool = False) -> None:
+        """A finished output item is authoritative over the deltas seen for it."""
+        if not isinstance(item, Mapping):
+            raise bad_payload(NAME, "an output item", json.dumps(item))
+        kind = item.get("type")
+        if kind == "function_call":
+            self._call_start(key, item)
+            if isinstance(item.get("arguments"), str):
+                self.calls[key]["arguments"] = [item["arguments"]]
+        elif kind == "message" and (from_body or not self.text):
+            self.text.extend(_texts(item.get("content"), ("output_text",)))
+        elif kind == "reasoning" and (from_body or not self.reasoning):
+            self.reasoning.extend(_texts(item.get("summary"), ("summary_text",)))
+            self.reasoning.extend(_texts(item.get("content"), ("reasoning_text",)))
+
+    def terminal(self, response: Mapping[str, Any]) -> None:
+        """Record usage and the finish reason from the final ``response`` object."""
+        self.usage = response.get("usage")
+        self.response_id = str(response.get("id") or "")
+        if response.get("status") == "incomplete":
+            reason = _get(response, "incomplete_details", "reason")
+            self.finish_reason = "length" if reason == "max_output_tokens" else str(
+                reason or "incomplete")
+        else:
+            self.finish_reason = "tool_calls" if self.calls else "stop"
+
+    def _message(self, partial: bool) -> Message:
+        calls = tuple(ToolCall(id=s["call_id"], name=s["name"], arguments="".join(s["arguments"]))
+                      for s in self.calls.values())  # arrival order = output order
+        return Message(role="assistant", content="".join(self.text), tool_calls=calls,
+                       reasoning_content="".join(self.reasoning) or None, partial=partial)
+
+    def partial(self) -> Message | None:
+        """What arrived so far, marked partial."""
+        if not (self.text or self.reasoning or self.calls):
+            return None
+        return self._message(partial=True)
+
+    def finish(self, request_id: str) -> ChatResponse:
+        """The full response; without a terminal event the stream was cut off."""
+        if self.finish_reason is None:
+            raise stream_cut(NAME, "response.completed")
+        return ChatResponse(message=self._message(partial=False),
+                            finish_reason=self.finish_reason,
+                            usage=responses_usage(self.usage),
+                            request_id=request_id or self.response_id)
+
+
+def _slot() -> dict[str, Any]:
+    return {"call_id": "", "name": "", "arguments": []}
+
+
+def _key(payload: Mapping[str, Any]) -> Any:
+    index = payload.get("output_index")
+    if isinstance(index, int):
+        return index
+    item = payload.get("item")
+    return payload.get("item_id") or (item.get("id") if isinstance(item, Mapping) else "") or 0
+
+
+def _texts(parts: Any, kinds: tuple[str, ...]) -> list[str]:
+    if isinstance(parts, str):
+        return [parts]
+    return [str(p.get("text") or "") for p in parts or ()
+            if isinstance(p, Mapping) and p.get("type") in kinds]
+
+
+def _get(data: Mapping[str, Any], outer: str, inner: str) -> Any:
+    value = data.get(outer)
+    return value.get(inner) if isinstance(value, Mapping) else None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def create(context: StrategyContext) -> HttpProvider:
+    """Factory: an :class:`HttpProvider` for the OpenAI Responses API from ``[provider]``."""
+    return build_http_provider(context, ResponsesTranslator(), DEFAULTS)
+
+
+@hookimpl
+def ctxfold_providers() -> list[StrategySpec]:
+    """Register the ``responses`` provider."""
+    return [StrategySpec(kind="provider", name=NAME, factory=create,
+                         description="OpenAI Responses API (api.openai.com/v1/responses)")]

@@ -1,0 +1,221 @@
+"""Sidecar codec ``v3``: reads every historic sidecar form, writes schema 3 (SPEC §4.2).
+
+Historic forms [origin §2.3] and how they are read (details in ``docs/formats.md``):
+
+* **v1** (``schema_version`` 1, 0 or missing): no ``generation``, no ``last_receipt``;
+  maintenance outcome mirrored in ``last_*`` and ``blocked_*`` fields.
+* **v2**: adds ``generation`` and ``last_receipt`` (receipts lack ``saved_tokens``,
+  ``affected_tool_results``, ``cache_break``, ``output_hash``, ``generation``); still writes
+  the ``last_*``/``blocked_*`` mirrors.
+* **v3**: the current form; the origin's writers also left legacy native-editing flags.
+
+Legacy fields are accepted and ignored, and never written. Legacy receipt actions ``snip``
+and ``native_tool_clear`` stay readable. A receipt whose ``status`` or ``action`` is not a
+known label is dropped (receipts are diagnostics, and an unknown label cannot be acted on);
+an unknown cache-state label reads as ``unknown``. A schema above 3 raises
+:class:`SidecarVersionError`. Everything else that is not the documented shape raises
+:class:`SidecarError`, and the kernel discards the file and rebuilds.
+
+Decoding is strict about types (a string where a count belongs is an error, not a
+coercion) so a damaged file is recognised as damaged.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ctxfold.kernel.convert import message_to_dict
+from ctxfold.kernel.errors import SidecarError, SidecarVersionError
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.kernel.types import (
+    SIDECAR_SCHEMA_VERSION,
+    CacheState,
+    Message,
+    Projection,
+    Receipt,
+    ReceiptAction,
+    ReceiptStatus,
+    SidecarState,
+    TelemetryRecord,
+    ToolCall,
+)
+
+#: Top-level fields of pre-v3 (and origin v3) sidecars: decoded, ignored, never written.
+LEGACY_FIELDS = (
+    "last_trigger",
+    "last_mode",
+    "last_source_tokens",
+    "last_result_tokens",
+    "last_compaction_cost",
+    "blocked_input_hash",
+    "blocked_reason",
+    "native_context_editing_accepted",
+    "context_editing_fallback_local",
+)
+_TELEMETRY_KINDS = frozenset(("prepare", "install", "resume"))
+
+
+def _strict_converter() -> Any:
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn
+
+    conv = cattrs.Converter(forbid_extra_keys=False)
+
+    def exact(kind: type, accept: tuple[type, ...]) -> Any:
+        def hook(value: Any, _type: Any) -> Any:
+            # bool is an int subclass; a JSON true is never a count.
+            if (isinstance(value, bool) and kind is not bool) or not isinstance(value, accept):
+                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+            return kind(value)
+
+        return hook
+
+    conv.register_structure_hook(int, exact(int, (int,)))
+    conv.register_structure_hook(float, exact(float, (int, float)))
+    conv.register_structure_hook(str, exact(str, (str,)))
+    conv.register_structure_hook(bool, exact(bool, (bool,)))
+    conv.register_structure_hook(CacheState, lambda v, _t: CacheState.coerce(v))
+    conv.register_structure_hook(ReceiptStatus, lambda v, _t: ReceiptStatus(v))
+    conv.register_structure_hook(ReceiptAction, lambda v, _t: ReceiptAction(v))
+    # Generated after the primitive hooks so the generated code uses the strict ones.
+    for cls in (ToolCall, Message, Projection, Receipt, TelemetryRecord):
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv))
+    return conv
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in attrs.fields(type(obj)):
+        value = getattr(obj, field.name)
+        out[field.name] = value.value if isinstance(value, enum.Enum) else value
+    return out
+
+
+class SidecarV3Codec:
+    """Decode any known sidecar form into :class:`SidecarState`; encode schema 3."""
+
+    name = "v3"
+    schema_version = SIDECAR_SCHEMA_VERSION
+
+    def __init__(self) -> None:
+        self._conv = _strict_converter()
+
+    # -- decode --------------------------------------------------------------------------------
+
+    def decode(self, data: Mapping[str, Any]) -> SidecarState:
+        """Decode a parsed sidecar document.
+
+        Raises :class:`SidecarVersionError` for a schema above 3 and :class:`SidecarError`
+        (naming the offending key) for anything that is not a known sidecar shape.
+        """
+        if not isinstance(data, Mapping):
+            raise SidecarError(f"sidecar must be a JSON object, got {type(data).__name__}")
+        self._version(data.get("schema_version", 0))
+        generation = self._get(data, "generation", int, 0)
+        telemetry = data.get("telemetry") or []
+        if not isinstance(telemetry, list):
+            raise SidecarError(f"sidecar.telemetry must be a list, got {type(telemetry).__name__}")
+        projection = data.get("projection")
+        return SidecarState(
+            schema_version=SIDECAR_SCHEMA_VERSION,
+            transcript_version=self._get(data, "transcript_version", int, 0),
+            projection=None if projection is None else self._get(data, "projection", Projection),
+            prompt_cache_key=self._get(data, "prompt_cache_key", str, ""),
+            last_cache_state=CacheState.coerce(data.get("last_cache_state", "unknown")),
+            generation=generation,
+            last_receipt=self._receipt(data.get("last_receipt"), generation),
+            telemetry=tuple(
+                self._structure(record, TelemetryRecord, f"sidecar.telemetry[{i}]")
+                for i, record in enumerate(telemetry)
+                # An unknown kind label is dropped, like an unknown receipt label.
+                if not isinstance(record, Mapping) or record.get("kind") in _TELEMETRY_KINDS
+            ),
+            updated_at=self._get(data, "updated_at", str, ""),
+        )
+
+    @staticmethod
+    def _version(value: Any) -> int:
+        if value is None:
+            return 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SidecarError(
+                f"sidecar.schema_version {value!r} is not a non-negative integer"
+            )
+        if value > SIDECAR_SCHEMA_VERSION:
+            raise SidecarVersionError(
+                f"sidecar schema_version {value} was written by a newer ctxfold (this one "
+                f"knows up to {SIDECAR_SCHEMA_VERSION}); upgrade ctxfold to open this session"
+            )
+        return value or 1  # schema 0 is v1 [origin §2.3]
+
+    def _get(self, data: Mapping[str, Any], key: str, cls: Any, default: Any = None) -> Any:
+        return self._structure(data.get(key, default), cls, f"sidecar.{key}")
+
+    def _structure(self, value: Any, cls: Any, path: str) -> Any:
+        try:
+            return self._conv.structure(value, cls)
+        except Exception as exc:
+            from cattrs import transform_error
+
+            detail = "; ".join(transform_error(exc, path=path))
+            raise SidecarError(f"invalid sidecar: {detail}") from None
+
+    def _receipt(self, data: Any, generation: int) -> Receipt | None:
+        if data is None:
+            return None
+        if not isinstance(data, Mapping):
+            raise SidecarError(
+                f"sidecar.last_receipt must be an object, got {type(data).__name__}"
+            )
+        if data.get("status") not in set(ReceiptStatus) or data.get("action") not in set(
+            ReceiptAction
+        ):
+            return None
+        fields = dict(data)
+        # Receipts before ctxfold's own v3 had no generation: they were recorded at the
+        # state's generation (a blocked receipt does not bump it).
+        fields.setdefault("generation", generation)
+        receipt: Receipt = self._structure(fields, Receipt, "sidecar.last_receipt")
+        return receipt
+
+    # -- encode --------------------------------------------------------------------------------
+
+    def encode(self, state: SidecarState) -> dict[str, Any]:
+        """The schema-3 document for ``state``: every field present, legacy fields absent."""
+        projection = None
+        if state.projection is not None:
+            projection = _fields(state.projection)
+            projection["messages"] = [message_to_dict(m) for m in state.projection.messages]
+        return {
+            "schema_version": SIDECAR_SCHEMA_VERSION,
+            "transcript_version": state.transcript_version,
+            "projection": projection,
+            "prompt_cache_key": state.prompt_cache_key,
+            "last_cache_state": CacheState.coerce(state.last_cache_state).value,
+            "generation": state.generation,
+            "last_receipt": None if state.last_receipt is None else _fields(state.last_receipt),
+            "telemetry": [_fields(record) for record in state.telemetry],
+            "updated_at": state.updated_at,
+        }
+
+
+def _create(context: StrategyContext) -> SidecarV3Codec:
+    return SidecarV3Codec()
+
+
+@hookimpl
+def ctxfold_sidecar_formats() -> list[StrategySpec]:
+    """Register the sidecar codec ``v3``."""
+    return [
+        StrategySpec(
+            kind="sidecar_format",
+            name="v3",
+            factory=_create,
+            description="reads sidecar schemas 1-3 (legacy fields ignored), writes schema 3",
+        )
+    ]

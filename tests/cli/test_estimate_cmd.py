@@ -1,0 +1,142 @@
+"""``ctxfold estimate``: file formats, JSON shape, --per-request, errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from ctxfold.cli import common, estimate_cmd
+from ctxfold.cli.main import COMMAND_MODULES
+from ctxfold.config.schema import Config
+from ctxfold.kernel.errors import StoreError
+from ctxfold.kernel.registry import Registry, make_plugin_manager
+
+MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "List files."},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "a.py\nb.py"},
+    {"role": "assistant", "content": "Two files."},
+]
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function",
+     "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}},
+]
+
+
+@attrs.frozen
+class _Loaded:
+    config: Config
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default config and built-ins only: no project files, no third-party plugins."""
+    monkeypatch.setattr(common, "load_cli_config", lambda _args: _Loaded(Config()))
+    monkeypatch.setattr(
+        common, "load_registry",
+        lambda _args: Registry(make_plugin_manager(load_entry_points=False)),
+    )
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    parser = argparse.ArgumentParser(prog="ctxfold")
+    estimate_cmd.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    return capsys.readouterr().out
+
+
+def heuristic_total(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> int:
+    from ctxfold.kernel.convert import message_from_openai, tool_schema_from_openai
+    from ctxfold.kernel.types import RequestShape
+    from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
+
+    shape = RequestShape(messages=[message_from_openai(m) for m in messages],
+                         tools=[tool_schema_from_openai(t) for t in tools or ()])
+    return HeuristicEstimator().estimate(shape)
+
+
+def test_registered_in_main() -> None:
+    assert "ctxfold.cli.estimate_cmd" in COMMAND_MODULES
+
+
+def test_json_shape_and_per_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(MESSAGES), encoding="utf-8")
+    out = json.loads(run(["estimate", str(path), "--estimator", "heuristic", "--json",
+                          "--per-request"], capsys))
+    assert list(out["sessions"][0]) == ["name", "tokens", "requests"]
+    session = out["sessions"][0]
+    assert session["name"] == str(path)
+    assert session["tokens"] == heuristic_total(MESSAGES)
+    assert [r["index"] for r in session["requests"]] == [2, 4]
+    assert session["requests"][0]["tokens"] == heuristic_total(MESSAGES[:2])
+    assert session["requests"][1]["tokens"] == heuristic_total(MESSAGES[:4])
+
+
+def test_object_with_tools_and_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    obj = tmp_path / "o.json"
+    obj.write_text(json.dumps({"messages": MESSAGES, "tools": TOOLS}), encoding="utf-8")
+    lines = tmp_path / "l.jsonl"
+    lines.write_text("\n".join(json.dumps(m) for m in MESSAGES) + "\n", encoding="utf-8")
+    out = json.loads(run(["estimate", str(obj), str(lines), "--estimator", "heuristic",
+                          "--json"], capsys))
+    tokens = {s["name"]: s["tokens"] for s in out["sessions"]}
+    assert tokens[str(obj)] == heuristic_total(MESSAGES, TOOLS)
+    assert tokens[str(lines)] == heuristic_total(MESSAGES)
+    assert tokens[str(obj)] > tokens[str(lines)]
+    assert all(s["requests"] == [] for s in out["sessions"])
+
+
+def test_default_estimator_comes_from_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(MESSAGES), encoding="utf-8")
+    out = json.loads(run(["estimate", str(path), "--json"], capsys))
+    assert out["estimator"] == Config().estimator.name
+
+
+def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(MESSAGES), encoding="utf-8")
+    out = run(["estimate", str(path), "--estimator", "heuristic", "--per-request"], capsys)
+    assert str(path) in out
+    assert "request before message 4" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "where"),
+    [
+        ("bad.json", '[{"role": "user", "content": "a"},\n  {"role": ', "line 2"),
+        ("bad.jsonl", '{"role": "user", "content": "a"}\n{"role": oops}\n', "line 2"),
+        ("role.json", '[{"role": "user"}, {"role": "wizard", "content": "x"}]', "message 1"),
+        ("scalar.json", "42", "expected a JSON list"),
+    ],
+)
+def test_malformed_files_name_file_and_position(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, body: str, where: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(StoreError) as info:
+        run(["estimate", str(path), "--estimator", "heuristic"], capsys)
+    assert str(path) in str(info.value)
+    assert where in str(info.value)
+
+
+def test_read_session_file_is_the_reading_seam(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in MESSAGES), encoding="utf-8")
+    messages = estimate_cmd.read_session_file(path)
+    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert messages[2].tool_calls[0].name == "bash"
+    assert estimate_cmd.read_session_tools(path) == []

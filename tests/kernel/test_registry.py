@@ -1,0 +1,109 @@
+"""Plugin manager and registry: selection by name, unknown and duplicate names, blocking."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxfold.kernel.errors import PluginError
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.strategies import StrategySpec
+from ctxfold.plugins import DEFAULT_PLUGINS
+
+
+class _Counter:
+    name = "fake"
+
+    def estimate(self, shape):  # pragma: no cover - not called here
+        return 0
+
+
+def _estimator_plugin(name: str):
+    class Plugin:
+        @hookimpl
+        def ctxfold_estimators(self):
+            return [StrategySpec(kind="estimator", name=name, factory=lambda ctx: _Counter())]
+
+    return Plugin()
+
+
+def test_builtins_are_registered_from_default_plugins() -> None:
+    pm = make_plugin_manager(load_entry_points=False)
+    names = {name for name, _plugin in pm.list_name_plugin()}
+    assert set(DEFAULT_PLUGINS) <= names
+
+
+def test_every_spec_records_its_source() -> None:
+    registry = Registry(make_plugin_manager(load_entry_points=False))
+    specs = registry.specs()
+    assert specs, "built-ins register strategies"
+    for spec in specs:
+        assert spec.source.startswith("builtin:ctxfold.plugins."), spec
+
+
+def test_unknown_name_lists_available() -> None:
+    registry = Registry(
+        make_plugin_manager(load_entry_points=False, extra_plugins=[_estimator_plugin("alpha")])
+    )
+    with pytest.raises(PluginError) as err:
+        registry.get("estimator", "nope")
+    message = str(err.value)
+    assert "'nope'" in message and "alpha" in message and "available" in message
+
+
+def test_duplicate_name_names_both_sources() -> None:
+    pm = make_plugin_manager(
+        load_entry_points=False,
+        extra_plugins=[_estimator_plugin("twin"), _estimator_plugin("twin")],
+    )
+    with pytest.raises(PluginError) as err:
+        Registry(pm)
+    assert "duplicate estimator name 'twin'" in str(err.value)
+    assert str(err.value).count(" by ") >= 2
+
+
+def test_disabled_plugins_are_blocked_by_short_or_full_name() -> None:
+    some = DEFAULT_PLUGINS[0]
+    short = some.removeprefix("ctxfold.plugins.")
+    for name in (some, short):
+        pm = make_plugin_manager([name], load_entry_points=False)
+        assert pm.get_plugin(some) is None
+        assert pm.is_blocked(some)
+
+
+def test_create_calls_the_factory_with_context() -> None:
+    seen = []
+
+    class Plugin:
+        @hookimpl
+        def ctxfold_estimators(self):
+            return [
+                StrategySpec(
+                    kind="estimator", name="spy", factory=lambda ctx: seen.append(ctx) or _Counter()
+                )
+            ]
+
+    registry = Registry(make_plugin_manager(load_entry_points=False, extra_plugins=[Plugin()]))
+    built = registry.create("estimator", "spy", "CTX")  # type: ignore[arg-type]
+    assert isinstance(built, _Counter)
+    assert seen == ["CTX"]
+
+
+def test_wrong_kind_from_a_hook_is_refused() -> None:
+    class Plugin:
+        @hookimpl
+        def ctxfold_estimators(self):
+            return [StrategySpec(kind="store", name="odd", factory=lambda ctx: None)]
+
+    with pytest.raises(PluginError, match="registered store 'odd' from the estimator hook"):
+        Registry(make_plugin_manager(load_entry_points=False, extra_plugins=[Plugin()]))
+
+
+def test_every_hookspec_is_documented() -> None:
+    from ctxfold.kernel import hookspecs
+
+    hooks = [n for n in dir(hookspecs) if n.startswith("ctxfold_")]
+    assert len(hooks) >= 12
+    for name in hooks:
+        doc = getattr(hookspecs, name).__doc__ or ""
+        assert len(doc.strip()) > 20, f"hook {name} is undocumented"

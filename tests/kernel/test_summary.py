@@ -1,0 +1,137 @@
+"""Summary request shape, instruction, cap and the summary message (SPEC §3.4)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxfold.kernel.errors import MaintenanceError, SummaryFailedError
+from ctxfold.kernel.strategies import SummaryResult
+from ctxfold.kernel.summary import (
+    SUMMARY_HEADINGS,
+    SUMMARY_INSTRUCTION,
+    SUMMARY_INSTRUCTION_MARKER,
+    build_summary_request,
+    is_compaction_summary,
+    is_summary_request,
+    summary_output_cap,
+    unwrap_summary,
+    validate_summary_result,
+    wrap_summary,
+)
+from ctxfold.kernel.types import Message, ToolCall, ToolSchema
+
+SYSTEM = Message(role="system", content="You are a coding agent.")
+REGION = (
+    Message(role="user", content="Fix the failing test. Never touch setup.py."),
+    Message(
+        role="assistant",
+        content="",
+        tool_calls=(ToolCall(id="c1", name="shell", arguments='{"command": "pytest"}'),),
+    ),
+    Message(role="tool", content="1 failed", tool_call_id="c1", name="shell"),
+)
+TOOLS = (ToolSchema(name="shell", description="run", parameters={"type": "object"}),)
+
+
+def test_headings_are_the_seven_of_the_spec_in_order() -> None:
+    assert SUMMARY_HEADINGS == (
+        "## Standing facts & constraints",
+        "## Goal",
+        "## Decisions & rationale",
+        "## Files & code",
+        "## Commands & outcomes",
+        "## Errors & fixes",
+        "## Pending & next step",
+    )
+
+
+def test_instruction_starts_with_marker_and_lists_headings_in_order() -> None:
+    assert SUMMARY_INSTRUCTION.splitlines()[0] == SUMMARY_INSTRUCTION_MARKER
+    positions = [SUMMARY_INSTRUCTION.index("\n" + h + "\n") for h in SUMMARY_HEADINGS]
+    assert positions == sorted(positions)
+    for rule in ("<compaction-summary>", "Invent nothing", "exactly", "Do not call any tools"):
+        assert rule in SUMMARY_INSTRUCTION
+
+
+@pytest.mark.parametrize(
+    ("window", "cap"), [(1000, 512), (2048, 512), (40000, 8192), (1_000_000, 8192), (8000, 2000)]
+)
+def test_summary_output_cap(window: int, cap: int) -> None:
+    assert summary_output_cap(window) == cap
+
+
+def test_request_shape_system_first_region_verbatim_tools_identical_host_instruction() -> None:
+    request = build_summary_request(SYSTEM, REGION, TOOLS, window=40000)
+    assert request.messages[0] is SYSTEM
+    assert request.messages[1:-1] == REGION
+    assert all(a is b for a, b in zip(request.messages[1:-1], REGION, strict=True))
+    assert request.tools == TOOLS
+    last = request.messages[-1]
+    assert (last.role, last.origin, last.content) == ("user", "host", SUMMARY_INSTRUCTION)
+    assert request.max_tokens == 8192
+    assert request.focus is None
+    assert is_summary_request(request.messages)
+    assert not is_summary_request(REGION)
+    assert not is_summary_request(())
+
+
+def test_request_without_system_and_with_focus() -> None:
+    request = build_summary_request(None, REGION, (), window=1000, focus="  the parser bug ")
+    assert request.messages[0] == REGION[0]
+    assert request.max_tokens == 512
+    assert request.messages[-1].content == (
+        SUMMARY_INSTRUCTION
+        + "\n\nAdditional focus for this compaction (prioritize keeping this):\nthe parser bug"
+    )
+    assert request.focus == "the parser bug"
+
+
+def test_request_does_not_duplicate_system_or_send_local_only() -> None:
+    local = Message(role="user", content="local note", local_only=True)
+    request = build_summary_request(SYSTEM, (SYSTEM, local, *REGION), (), window=4096)
+    assert [m.role for m in request.messages] == ["system", "user", "assistant", "tool", "user"]
+    assert local not in request.messages
+
+
+def test_wrap_exact_bytes_and_round_trip() -> None:
+    message = wrap_summary("## Goal\n- fix it")
+    assert message.role == "user"
+    assert message.origin == "host"
+    assert message.content == (
+        "<compaction-summary>\nSummary of earlier conversation (older messages were "
+        "compacted to save context):\n## Goal\n- fix it\n</compaction-summary>"
+    )
+    assert is_compaction_summary(message)
+    assert unwrap_summary(message) == "## Goal\n- fix it"
+
+
+@given(st.text().filter(lambda t: "</compaction-summary>" not in t))
+def test_wrap_unwrap_round_trip_any_text(text: str) -> None:
+    assert unwrap_summary(wrap_summary(text)) == text
+
+
+def test_is_compaction_summary_needs_user_role_and_left_trimmed_tag() -> None:
+    assert is_compaction_summary(Message(role="user", content="  \n<compaction-summary>x"))
+    assert not is_compaction_summary(Message(role="assistant", content="<compaction-summary>"))
+    assert not is_compaction_summary(Message(role="user", content="see <compaction-summary>"))
+    with pytest.raises(MaintenanceError, match="not a <compaction-summary>"):
+        unwrap_summary(Message(role="user", content="hello"))
+
+
+def test_validate_accepts_text() -> None:
+    assert validate_summary_result(SummaryResult(text="\n## Goal\n- x\n")) == "## Goal\n- x"
+
+
+@pytest.mark.parametrize("text", ["", "   \n"])
+def test_validate_rejects_empty(text: str) -> None:
+    with pytest.raises(SummaryFailedError, match="empty output") as info:
+        validate_summary_result(SummaryResult(text=text), session_id="s1")
+    assert "'s1'" in str(info.value)
+    assert isinstance(info.value, MaintenanceError)
+
+
+def test_validate_rejects_length_truncation_even_with_text() -> None:
+    with pytest.raises(SummaryFailedError, match="truncated"):
+        validate_summary_result(SummaryResult(text="## Goal\n- half", finish_reason="length"))
