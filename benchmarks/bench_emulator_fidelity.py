@@ -82,7 +82,7 @@ def replay(path: Path) -> dict[str, Any]:
         return ReplySpec(text=recorded.get("content") or "", tool_calls=calls,
                          reasoning=recorded.get("reasoning_content"))
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     with Emulator("deepseek", script=script) as emu, \
             httpx.Client(base_url=emu.base_url, timeout=60) as client:
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=0.02)
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.add_argument("--misses", action="store_true", help="list requests outside tolerance")
+    parser.add_argument("--write-doc", action="store_true",
+                        help="write the figures into docs/emulator.md (section Emulator fidelity)")
     args = parser.parse_args(argv)
     files = sorted(DATA.glob("*.traj.json")) if DATA.is_dir() else []
     if not files:
@@ -173,7 +175,50 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  {s['session'][:40]} #{r['request']}: real "
                               f"{r['real_hit']}/{r['real_prompt']} emu "
                               f"{r['emu_hit']}/{r['emu_prompt']} Δ {r['delta']:+.3f}")
+    if args.write_doc:
+        write_doc(report, sessions)
     return 0 if report["overall"]["share_within"] >= 0.95 else 1
+
+
+def write_doc(report: dict[str, Any], sessions: list[dict[str, Any]]) -> None:
+    """Replace the "## Emulator fidelity" section of ``docs/emulator.md`` with the figures."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import machine_line, write_section
+
+    tol = report["tolerance"]
+    lines = [
+        "## Emulator fidelity",
+        "",
+        machine_line("benchmarks/bench_emulator_fidelity.py --write-doc"),
+        "",
+        "Each real DeepSeek session in `../shared/data/transcripts/mini_swe_agent_v2_toolcall` "
+        "is replayed request by request through the `deepseek` profile over HTTP (request *i* "
+        "= the messages before assistant *i*, answered with the recorded assistant *i*). "
+        f"A request is *within* when |emulated hit ratio − real hit ratio| ≤ {tol}.",
+        "",
+        "| session | model | requests | within | share | max abs Δ | real hit ratio "
+        "| emulated hit ratio | emulated/real prompt tokens |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in report["sessions"]:
+        lines.append(f"| {s['session']} | {s['model']} | {s['requests']} | {s['within']} | "
+                     f"{s['share_within']:.1%} | {s['max_abs_delta']:.3f} | "
+                     f"{s['real_overall_ratio']:.4f} | {s['emu_overall_ratio']:.4f} | "
+                     f"{s['prompt_token_ratio']:.4f} |")
+    o = report["overall"]
+    lines.append(f"| **overall** | | {o['requests']} | {o['within']} | "
+                 f"**{o['share_within']:.1%}** | {o['max_abs_delta']:.3f} | "
+                 f"{o['real_overall_ratio']:.4f} | {o['emu_overall_ratio']:.4f} | "
+                 f"{o['prompt_token_ratio']:.4f} |")
+    lines += ["", "Requests outside the tolerance:", ""]
+    for s in sessions:
+        for r in s["rows"]:
+            if abs(r["delta"]) > tol:
+                lines.append(f"- {s['session']} request {r['request']}: real "
+                             f"{r['real_hit']}/{r['real_prompt']}, emulated "
+                             f"{r['emu_hit']}/{r['emu_prompt']} (Δ {r['delta']:+.3f})")
+    write_section("## Emulator fidelity", "\n".join(lines) + "\n",
+                  REPO / "docs" / "emulator.md")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from ctxfold.kernel.errors import CtxfoldError
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "ctxfold.cli.config_cmd",
+    "ctxfold.cli.emulate_cmd",
     "ctxfold.cli.estimate_cmd",
     "ctxfold.cli.plugins_cmd",
     "ctxfold.cli.tool_result_cmd",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ctxfold.config.schema import Config
+from ctxfold.config.schema import LEGACY_AGENT_KEYS, Config
 from ctxfold.kernel.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -204,8 +204,9 @@ def _table_hook(cls: type, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any]
         except ClassValidationError as exc:
             # cattrs reports an attrs validator's ValueError (raised by __init__) without the
             # attribute it belongs to; attribute it so the message names the key.
-            kept = [e for e in exc.exceptions if getattr(e, "__notes__", None)]
-            loose = [e for e in exc.exceptions if not getattr(e, "__notes__", None)]
+            loose = [e for e in exc.exceptions
+                     if type(e) is ValueError and not getattr(e, "__notes__", None)]
+            kept = [e for e in exc.exceptions if not any(e is x for x in loose)]
             if not loose:
                 raise
             found = _field_errors(cls, value)
@@ -455,7 +456,13 @@ def _join(problems: list[str]) -> str:
 # -- the pipeline ------------------------------------------------------------------------------
 
 
-def _validate(layer: _Layer) -> None:
+def _validate(layer: _Layer, unclaimed: frozenset[str]) -> None:
+    # Retired schema fields no migration strategy claims (plugin disabled) are unknown keys:
+    # loading them as-is would break "always zero in memory".
+    stray = [k for k in layer.dotted_keys() if k in unclaimed]
+    if stray:
+        raise ConfigError(_join([_unknown(layer, [k.partition(".")[0]], k.partition(".")[2])
+                                 for k in stray]))
     try:
         _converter().structure(layer.data, Config)
     except Exception as exc:  # cattrs raises ExceptionGroups, attrs ValueErrors
@@ -541,12 +548,13 @@ def load_config(
     sources = {f"{s}.{f.name}": DEFAULT_SOURCE for s, c in SECTIONS.items()
                for f in attrs.fields(c)}
     found: list[tuple[str, str]] = []
+    retired = frozenset(f"agent.{k}" for k in LEGACY_AGENT_KEYS)
     for layer in layers:
-        layer.legacy_names = frozenset(k.partition(".")[2] for k in legacy)
+        layer.legacy_names = frozenset(k.partition(".")[2] for k in legacy | retired)
         for migration in migrations:
             layer.data, keys = migration.normalize(layer.data)
             found.extend((layer.origins.get(k, layer.source), k) for k in keys)
-        _validate(layer)
+        _validate(layer, retired - legacy)
         for dotted in layer.dotted_keys():
             section, _, name = dotted.partition(".")
             merged.setdefault(section, {})[name] = layer.data[section][name]

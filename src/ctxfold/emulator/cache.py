@@ -42,8 +42,8 @@ def unit_chain(ids: Sequence[int], unit: int, start: bytes = _ROOT) -> list[byte
     """
     chain: list[bytes] = []
     previous = start
-    for start in range(0, len(ids) - unit + 1, unit):
-        block = array("I", (i & 0xFFFFFFFF for i in ids[start:start + unit])).tobytes()
+    for pos in range(0, len(ids) - unit + 1, unit):
+        block = array("I", (i & 0xFFFFFFFF for i in ids[pos:pos + unit])).tobytes()
         previous = hashlib.blake2b(previous + block, digest_size=16).digest()
         chain.append(previous)
     return chain

@@ -50,20 +50,26 @@ class Fault:
             raise ValueError(f"fault count must be >= 1, got {self.count}")
 
 
+@attrs.define
+class _Pending:
+    fault: Fault
+    remaining: int
+
+
 class FaultPlan:
     """The installed faults; :meth:`take` answers which one hits a request."""
 
     def __init__(self, faults: list[Fault] | tuple[Fault, ...] = ()) -> None:
         self._lock = threading.Lock()
         self._indexed: list[Fault] = [f for f in faults if f.at is not None]
-        # [fault, remaining] for "next N requests" rules, in installation order.
-        self._pending: list[list[object]] = [[f, f.count] for f in faults if f.at is None]
+        # "next N requests" rules with their remaining uses, in installation order.
+        self._pending: list[_Pending] = [_Pending(f, f.count) for f in faults if f.at is None]
 
     def add(self, fault: Fault) -> None:
         """Install ``fault`` (``at=None`` → the next ``count`` requests)."""
         with self._lock:
             if fault.at is None:
-                self._pending.append([fault, fault.count])
+                self._pending.append(_Pending(fault, fault.count))
             else:
                 self._indexed.append(fault)
 
@@ -80,15 +86,10 @@ class FaultPlan:
                 assert fault.at is not None
                 if fault.at <= index < fault.at + fault.count:
                     return fault
-            while self._pending:
+            if self._pending:
                 entry = self._pending[0]
-                fault, remaining = entry
-                assert isinstance(fault, Fault) and isinstance(remaining, int)
-                if remaining <= 0:
+                entry.remaining -= 1
+                if entry.remaining <= 0:
                     self._pending.pop(0)
-                    continue
-                entry[1] = remaining - 1
-                if remaining - 1 <= 0:
-                    self._pending.pop(0)
-                return fault
+                return entry.fault
         return None

@@ -153,8 +153,9 @@ class Emulator:
             self.requests.append(RequestRecord(index=index, path=path, body={}, status=0))
         fault = self.faults.take(index)
         outcome = self._answer(index, path, raw, fault)
-        with self._lock:
-            self.requests[index] = outcome.record
+        if outcome.record is not None:
+            with self._lock:
+                self.requests[index] = outcome.record
         return outcome
 
     def _record(self, index: int, path: str, body: Mapping[str, Any], status: int,
@@ -213,9 +214,9 @@ class Emulator:
         if prompt + completion_budget > profile.window:
             record = self._record(index, path, body, 400, fault, prompt_tokens=prompt)
             if responses and parsed.stream:
-                events = wire_responses.overflow_stream(parsed, response_id=response_id,
-                                                        created=created)
-                return Outcome(200, events=list(events), record=record)
+                overflow = wire_responses.overflow_stream(parsed, response_id=response_id,
+                                                          created=created)
+                return Outcome(200, events=list(overflow), record=record)
             err = (wire_responses.overflow_error() if responses
                    else wire_chat.overflow_error(profile, prompt, completion_budget))
             return Outcome(400, dict(err.body), record=record)
@@ -237,7 +238,7 @@ class Emulator:
         if responses:
             usage = wire_responses.usage_dict(acc)
             if parsed.stream:
-                events = list(wire_responses.responses_stream(
+                events: list[str] = list(wire_responses.responses_stream(
                     parsed, reply, acc, response_id=response_id, created=created))
             else:
                 json_body = wire_responses.response_object(

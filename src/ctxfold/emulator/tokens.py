@@ -1,13 +1,13 @@
 """Token sequences for the emulator: a flat token-id sequence per request.
 
-A request is serialized as a list of *segments* in a DeepSeek-V3-like chat template
+A request is serialized as a list of *segments* in a DeepSeek-V3.2-like chat template
 (``<｜begin▁of▁sentence｜>`` + system + tool schemas, then one segment per message, then the
-generation prompt). Each segment is tokenized on its own and the ids are concatenated, so a
-request that extends another by appending messages has a token sequence that extends the other
-one's: prefixes of the token sequence are prefixes of the request, which is what prefix-cache
-accounting needs. The assistant's generated output is serialized exactly as the same message
-will be when the client replays it, so "input + output" is a prefix of the next request unless
-the client drops something (e.g. ``reasoning_content``, as DeepSeek's reasoner did).
+generation prompt; tool calls in DSML). Each segment is tokenized on its own and the ids are
+concatenated, so a request that extends another by appending messages has a token sequence
+that extends the other one's: prefixes of the token sequence are prefixes of the request,
+which is what prefix-cache accounting needs. The assistant's generated output is serialized
+exactly as the same message is when the client replays it, so "input + output" is a prefix
+of the next request unless the client changes or drops something.
 
 Tokenizing is cached per segment text, so a long append-only session costs O(new messages)
 of tokenizer work per request.
@@ -29,10 +29,7 @@ BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
 USER = "<｜User｜>"
 ASSISTANT = "<｜Assistant｜>"
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
-CALL_BEGIN, CALL_END, CALL_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-OUTPUT_BEGIN, OUTPUT_END = "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"
+THINK_CLOSE = "</think>"
 
 _CACHE_SIZE = 16384
 
@@ -139,17 +136,68 @@ class _EncodeAdapter:
 
 
 # -- serialization -----------------------------------------------------------------------------
+#
+# DeepSeek V3.2's chat encoding (DSML tool calls): with it, the emulated completion counts of
+# the real transcripts match DeepSeek's reported ``completion_tokens`` to within one token.
+
+TOOLS_PREAMBLE = """
+
+## Tools
+
+You have access to a set of tools you can use to answer the user's question.
+You can invoke functions by writing a "<｜DSML｜function_calls>" block like the following as \
+part of your reply to the user:
+<｜DSML｜function_calls>
+<｜DSML｜invoke name="$FUNCTION_NAME">
+<｜DSML｜parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</｜DSML｜parameter>
+...
+</｜DSML｜invoke>
+</｜DSML｜function_calls>
+
+String and scalar parameters should be specified as is without any escaping or quotes, while \
+lists and objects should use JSON format. The "string" attribute should be set to "true" for \
+string type parameters and "false" for other types (numbers, booleans, arrays, objects).
+
+If the thinking_mode is enabled, then after function results you should strongly consider \
+outputting a thinking block.
+
+Here are the functions available in JSONSchema format:
+<functions>
+"""
 
 
 def _tools_text(tools: Sequence[ToolSchema]) -> str:
     if not tools:
         return ""
-    lines = ["\n\n## Tools\nYou have access to the following tools:"]
-    for tool in tools:
-        schema = {"name": tool.name, "description": tool.description,
-                  "parameters": dict(tool.parameters)}
-        lines.append(json.dumps(schema, ensure_ascii=False, sort_keys=True))
-    return "\n".join(lines)
+    lines = [
+        json.dumps({"name": t.name, "description": t.description,
+                    "parameters": dict(t.parameters)}, ensure_ascii=False)
+        for t in tools
+    ]
+    return TOOLS_PREAMBLE + "\n".join(lines) + "\n</functions>\n"
+
+
+def _dsml_calls(message: Message) -> str:
+    out = ["\n\n<｜DSML｜function_calls>\n"]
+    for call in message.tool_calls:
+        out.append(f'<｜DSML｜invoke name="{call.name}">\n')
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError:
+            args = None
+        if isinstance(args, dict):
+            for key, value in args.items():
+                if isinstance(value, str):
+                    out.append(f'<｜DSML｜parameter name="{key}" string="true">{value}'
+                               "</｜DSML｜parameter>\n")
+                else:
+                    out.append(f'<｜DSML｜parameter name="{key}" string="false">'
+                               f"{json.dumps(value, ensure_ascii=False)}</｜DSML｜parameter>\n")
+        else:  # not a JSON object: keep the raw text so it still counts
+            out.append(call.arguments + "\n")
+        out.append("</｜DSML｜invoke>\n")
+    out.append("</｜DSML｜function_calls>")
+    return "".join(out)
 
 
 def assistant_body(message: Message) -> str:
@@ -160,14 +208,10 @@ def assistant_body(message: Message) -> str:
     """
     parts = []
     if message.reasoning_content:
-        parts.append(f"{THINK_OPEN}{message.reasoning_content}{THINK_CLOSE}")
+        parts.append(message.reasoning_content + THINK_CLOSE)
     parts.append(message.content)
     if message.tool_calls:
-        parts.append(CALLS_BEGIN)
-        for call in message.tool_calls:
-            parts.append(f"{CALL_BEGIN}function{CALL_SEP}{call.name}\n```json\n"
-                         f"{call.arguments}\n```{CALL_END}")
-        parts.append(CALLS_END)
+        parts.append(_dsml_calls(message))
     parts.append(EOS)
     return "".join(parts)
 
@@ -179,7 +223,8 @@ def message_segments(message: Message) -> list[str]:
     if message.role == "user":
         return [USER + message.content]
     if message.role == "tool":
-        return [OUTPUT_BEGIN + message.content + OUTPUT_END]
+        return [f"{USER}<function_results>\n<result>{message.content}</result>\n"
+                "</function_results>"]
     return [ASSISTANT, assistant_body(message)]
 
 

@@ -117,6 +117,7 @@ class ContextManager:
         # A turn is one model request: it ends when the assistant's answer is appended.
         self._turn = sum(1 for m in canonical if m.role == "assistant")
         self._last_shape: RequestShape | None = None
+        self._view_cache: tuple[Any, ...] | None = None
         self.last_usage: Usage | None = None
         self.summary_calls = 0
 
@@ -192,6 +193,40 @@ class ContextManager:
             body[0] = self._canonical[0]
         tail = [m for m in self._canonical[projection.covered_count :] if not m.local_only]
         return body + tail
+
+    def view_estimate(self) -> tuple[list[Message], int]:
+        """The current view and its admission estimate, computed incrementally.
+
+        Between installs the view only grows by appended canonical messages, so with an
+        estimator that exposes per-message statistics (``IncrementalEstimator``) the sum of
+        the previous view is extended by the new messages only: O(new messages) per turn
+        (SPEC §3.1). Other estimators get the whole shape.
+        """
+        est: Any = self.estimator
+        if not all(hasattr(est, a) for a in ("message_stats", "shape_stats", "scale")):
+            view = self.view()
+            return view, self.estimator.estimate(RequestShape(view, self.tools))
+        projection = self.state.projection
+        head = self._canonical[0] if self._canonical else None
+        cached = self._view_cache
+        n = len(self._canonical)
+        if (
+            cached is None
+            or cached[0] is not projection
+            or cached[1] is not head
+            or cached[2] > n
+            or cached[3] is not self.tools
+        ):
+            view = self.view()
+            stats = est.shape_stats(RequestShape(view, self.tools))
+        else:
+            view, stats = cached[4], cached[5]
+            for message in self._canonical[cached[2] :]:
+                if not message.local_only:
+                    view.append(message)
+                    stats = stats + est.message_stats(message)
+        self._view_cache = (projection, head, n, self.tools, view, stats)
+        return view, int(est.scale(stats))
 
     def estimate(self, messages: Sequence[Message] | None = None) -> int:
         """Admission estimate of ``messages`` (default: the current view) with the tools."""
@@ -297,6 +332,7 @@ class ContextManager:
         with self._lock:
             self.store.rewind(self.session_id, upto)
             del self._canonical[upto:]
+            self._view_cache = None
             self._committer.after_rewind(self._canonical)
 
     def fork(self, target_id: str, upto: int | None = None) -> ContextManager:

@@ -48,7 +48,7 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429})
 MAX_RETRY_AFTER = 60.0
 _ERROR_BODY_LIMIT = 64 * 1024
 # Keys echoed back by providers ("Incorrect API key provided: sk-ab***yz") are masked too.
-_KEYLIKE = re.compile(r"\b(sk|tp|key)-[A-Za-z0-9_*\-.]{4,}")
+_KEYLIKE = re.compile(r"\b(sk|tp|key)-[A-Za-z0-9_*\-]{4,}")
 
 
 def calculate_retry_timeout(
@@ -181,11 +181,10 @@ class SseEvent:
 
 @attrs.frozen
 class EventStream:
-    """The events of one streamed response plus what error messages may need."""
+    """The events of one streamed response and its request id."""
 
     events: Iterator[SseEvent]
     request_id: str = ""
-    api_key: str | None = attrs.field(default=None, repr=False)
 
     def __iter__(self) -> Iterator[SseEvent]:
         return self.events
@@ -261,7 +260,7 @@ class HttpClient:
         dog = _Watchdog(self, idle=self.settings.idle_timeout)
         response.stream = _WatchedStream(response.stream, dog)
         try:
-            yield EventStream(self._events(response, dog, key), _request_id(response), key)
+            yield EventStream(self._events(response, dog, key), _request_id(response))
         finally:
             response.close()
 
@@ -281,22 +280,20 @@ class HttpClient:
         self, response: httpx.Response, dog: _Watchdog, key: str | None
     ) -> Iterator[SseEvent]:
         source = EventSource(response)
-        try:
-            for sse in self._guard(source.iter_sse(), key):
-                dog.event()
-                yield SseEvent(event=sse.event, data=sse.data)
-        except SSEError as exc:
-            raise ProviderResponseError(
-                f"{self.settings.provider}: expected an event stream from "
-                f"{response.request.url.copy_with(query=None)}: {exc}; check [provider] base_url",
-                status=response.status_code,
-            ) from None
+        for sse in self._guard(source.iter_sse(), key):
+            dog.event()
+            yield SseEvent(event=sse.event, data=sse.data)
 
     def _guard(self, it: Iterator[Any], key: str | None) -> Iterator[Any]:
         """Map transport failures while reading a body to typed errors."""
         where = f"{self.settings.provider}: reading the response from {self.url_for('')}"
         try:
             yield from it
+        except SSEError as exc:  # an httpx.TransportError subclass, but not a network fault
+            raise ProviderResponseError(
+                f"{self.settings.provider}: expected an event stream from {self.url_for('')}: "
+                f"{exc}; check [provider] base_url and name"
+            ) from None
         except httpx.TimeoutException:
             raise ProviderTimeoutError(
                 f"{where}: no data for {self.settings.idle_timeout:g}s (idle timeout); "

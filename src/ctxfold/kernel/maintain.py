@@ -50,8 +50,8 @@ class _Run:
         self.cm = cm
         self.trigger = trigger
         self.focus = focus
-        self.view = cm.view()
-        self.tokens = cm.estimate(self.view)
+        view, self.tokens = cm.view_estimate()
+        self.view = list(view)
         self.summary_calls = 0
         self.action = "none"
 
@@ -70,8 +70,8 @@ class _Run:
         )
 
     def refresh(self) -> None:
-        self.view = self.cm.view()
-        self.tokens = self.cm.estimate(self.view)
+        view, self.tokens = self.cm.view_estimate()
+        self.view = list(view)
 
     def receipt(self, status: ReceiptStatus, reason: str, action: ReceiptAction) -> Receipt:
         cm = self.cm

@@ -137,14 +137,12 @@ def validate_projection(
     if stored == current:
         return state, []
     body_sys, canon_sys = _leading_system(body), _leading_system(covered)
-    refreshed = [*body[:body_sys], *covered[canon_sys:]]
-    candidates: list[tuple[str, Sequence[Message]]] = [
-        ("promoted", _promoted(covered)),
-        ("system", refreshed),
-        ("promoted+system", _promoted(refreshed)),
-    ]
+    candidates: list[tuple[str, Sequence[Message]]] = [("promoted", _promoted(covered))]
+    if tuple(body[:body_sys]) != tuple(covered[:canon_sys]):
+        refreshed = [*body[:body_sys], *covered[canon_sys:]]
+        candidates += [("system", refreshed), ("promoted+system", _promoted(refreshed))]
     for kind, form in candidates:
-        if (kind == "promoted" or body_sys or canon_sys) and fingerprint(form) == stored:
+        if fingerprint(form) == stored:
             new_body = body
             if kind != "promoted":
                 new_body = (*covered[:canon_sys], *body[body_sys:])

@@ -57,9 +57,8 @@ def _sessions() -> list[tuple[Path, str]]:
         if not base.is_dir():
             continue
         for entry in sorted(base.iterdir()):
-            if fmt == "openhands-v1" and entry.is_dir():
-                found.append((entry, fmt))
-            elif entry.is_file() and entry.name != "README.md":
+            is_conversation = fmt == "openhands-v1" and entry.is_dir()
+            if is_conversation or (entry.is_file() and entry.name != "README.md"):
                 found.append((entry, fmt))
     return found
 

@@ -226,9 +226,10 @@ def test_claude_code_xml(registry: Registry) -> None:
 
 
 def test_fmt_override(tmp_path: Path, registry: Registry) -> None:
-    # A mini-swe-agent v2 file is OpenAI-shaped enough for the generic importer.
-    generic = _load(registry, "mini_v2.traj.json", fmt="openai")
-    assert generic.format == "openai"
+    # The SDK log is an object with "messages": the generic importer reads only those.
+    generic = _load(registry, "openhands_sdk_log.json", fmt="openai")
+    assert generic.format == "openai" and len(generic.messages) == 4
+    assert [t.name for t in generic.tools] == ["terminal", "finish"]
     # Without its format tag, detection falls back to the generic importer; fmt= wins.
     doc = json.loads((FIXTURES / "mini_v1.traj.json").read_text())
     del doc["trajectory_format"]

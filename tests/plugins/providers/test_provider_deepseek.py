@@ -14,7 +14,7 @@ from ctxfold.config.schema import ProviderConfig
 from ctxfold.kernel.errors import ContextLimitError, ProviderConnectionError, ProviderResponseError
 from ctxfold.kernel.strategies import ChatRequest, Provider
 from ctxfold.kernel.types import Message, ToolCall, ToolSchema
-from ctxfold.kernel.wire import partial_message_of
+from ctxfold.kernel.wire import HttpProvider, partial_message_of
 
 USAGE = {
     "prompt_tokens": 1200, "completion_tokens": 40, "total_tokens": 1240,
@@ -200,7 +200,7 @@ def test_factory_settings_and_protocol(make_provider):
                              provider=ProviderConfig(name="deepseek", model="",
                                                      base_url="http://127.0.0.1:9/v1",
                                                      context_window=65_536))
-    assert isinstance(provider, Provider)
+    assert isinstance(provider, Provider) and isinstance(provider, HttpProvider)
     assert provider.cache_ttl_minutes == 1440 and provider.model == "deepseek-flash"
     assert provider.context_window == 65_536 and provider.supports_native_compaction is False
     assert provider.http.url_for("/chat/completions") == "http://127.0.0.1:9/v1/chat/completions"

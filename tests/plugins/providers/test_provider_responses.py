@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from providers_support import Recorder, sse_response
@@ -30,11 +32,11 @@ USAGE = {"input_tokens": 2000, "input_tokens_details": {"cached_tokens": 1536},
          "total_tokens": 2030}
 
 
-def ev(kind: str, **fields) -> tuple[str, dict]:
+def ev(kind: str, **fields: Any) -> tuple[str, dict]:
     return kind, {"type": kind, **fields}
 
 
-def completed(status: str = "completed", **extra) -> tuple[str, dict]:
+def completed(status: str = "completed", **extra: Any) -> tuple[str, dict]:
     return ev(f"response.{status}", response={"id": "resp_1", "status": status,
                                                "usage": USAGE, **extra})
 

@@ -92,9 +92,17 @@ class DeepSeekEstimator(IncrementalEstimator):
     request_overhead = 1
     tools_preamble = 244
 
-    def __init__(self, tokenizer: Any, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
+    def __init__(self, tokenizer: Any = None, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         super().__init__(cache_size)
-        self.tokenizer = tokenizer
+        self._tokenizer = tokenizer
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer, loaded on first use: opening and resuming a session never
+        tokenizes, so they do not pay the ~1.5 s load of ``tokenizer.json``."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer()
+        return self._tokenizer
 
     def count_text(self, text: str) -> int:
         """Exact tokens of ``text`` without special tokens."""
@@ -127,7 +135,9 @@ class DeepSeekEstimator(IncrementalEstimator):
 
 
 def _factory(context: StrategyContext) -> DeepSeekEstimator:
-    return DeepSeekEstimator(load_tokenizer())
+    # Fail fast on a missing distribution, but load the tokenizer lazily.
+    bundled_tokenizer_path()
+    return DeepSeekEstimator()
 
 
 @hookimpl

@@ -1,0 +1,213 @@
+"""``ctxfold chat [--session ID] [--root DIR]``: a small interactive loop against the provider.
+
+Reads lines from stdin (a terminal or a script): plain text is a user turn (append, then
+``ContextManager.complete``, then print the reply); ``/compact [focus]``, ``/status``,
+``/rewind N``, ``/help`` and ``/quit`` are commands. After each turn one status line says
+whether a checkpoint was installed and the turn's cache hit ratio
+(``usage.cache_hit_tokens / usage.prompt_tokens``). The provider is ``[provider] name``
+(the in-process ``emulator`` by default).
+
+Exit status: 0 when every turn and command succeeded, 1 when any failed (each failure is
+reported on stderr and the loop goes on), 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ctxfold.cli.sessions_cmd import add_root_flag
+
+if TYPE_CHECKING:
+    from ctxfold.kernel.engine import ContextManager
+    from ctxfold.kernel.strategies import Provider
+    from ctxfold.kernel.types import Usage
+
+HELP = """commands:
+  TEXT             send TEXT as a user turn
+  /compact [FOCUS] install a checkpoint now (optional focus for the summary)
+  /status          tokens, trigger, window, projection version, cache state
+  /rewind N        keep only the first N messages of the transcript
+  /help            this help
+  /quit            leave (end of input does the same)"""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "chat",
+        help="interactive chat with the configured provider (emulator by default)",
+        description="Chat on a session, reading turns and /commands from stdin. "
+        "Type /help for the commands.",
+    )
+    parser.add_argument("--session", default=None, metavar="ID",
+                        help="session id to create or continue (default: chat-<UTC time>)")
+    parser.add_argument("--system", default=None, metavar="TEXT",
+                        help="system prompt for a new session")
+    add_root_flag(parser)
+    parser.set_defaults(func=run)
+
+
+def hit_ratio(usage: Usage) -> str:
+    """``cache_hit_tokens / prompt_tokens`` as a percentage (``n/a`` without a prompt)."""
+    if usage.prompt_tokens <= 0:
+        return "n/a"
+    return f"{usage.cache_hit_tokens / usage.prompt_tokens * 100:.1f}%"
+
+
+def status_line(cm: ContextManager) -> str:
+    """What ``/status`` prints."""
+    projection = cm.state.projection
+    return (f"session {cm.session_id}: {len(cm.canonical)} messages, view {cm.estimate()} "
+            f"tokens, trigger {cm.trigger_tokens}, window {cm.window}, projection version "
+            f"{projection.projection_version if projection else 0}, cache "
+            f"{cm.state.last_cache_state}")
+
+
+class ChatLoop:
+    """One chat session: turns and commands, output to ``out``, errors to ``err``."""
+
+    def __init__(self, cm: ContextManager, provider: Provider, out: TextIO, err: TextIO) -> None:
+        self.cm = cm
+        self.provider = provider
+        self.out = out
+        self.err = err
+        self.failures = 0
+
+    def _version(self) -> int:
+        projection = self.cm.state.projection
+        return projection.projection_version if projection else 0
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _fail(self, text: str) -> None:
+        self.failures += 1
+        print(f"ctxfold: error: {text}", file=self.err, flush=True)
+
+    def turn(self, text: str) -> None:
+        """Append ``text`` as a user message, complete, print the reply and a status line."""
+        from ctxfold.kernel.types import Message
+
+        before = self._version()
+        self.cm.append(Message(role="user", content=text))
+        response = self.cm.complete(self.provider)
+        self._say(response.message.content)
+        after = self._version()
+        checkpoint = ""
+        if after != before:
+            receipt = self.cm.state.last_receipt
+            action = receipt.action if receipt else "checkpoint"
+            checkpoint = f"; checkpoint installed (version {after}, {action})"
+        usage = response.usage
+        self._say(f"[prompt {usage.prompt_tokens} tokens, cache hit {hit_ratio(usage)} "
+                  f"({usage.cache_hit_tokens}/{usage.prompt_tokens}), completion "
+                  f"{usage.completion_tokens}{checkpoint}]")
+
+    def compact(self, focus: str) -> None:
+        """``/compact [focus]``: a manual checkpoint."""
+        before_tokens, before = self.cm.estimate(), self._version()
+        prepared = self.cm.compact(focus or None)
+        if prepared.projection_version == before:
+            receipt = self.cm.state.last_receipt
+            why = f" ({receipt.reason})" if receipt is not None and receipt.reason else ""
+            self._say(f"[compact: nothing installed{why}; view {prepared.tokens} tokens]")
+            return
+        self._say(f"[compact: checkpoint installed (version {prepared.projection_version}, "
+                  f"{prepared.summary_calls} summary calls); view {before_tokens} -> "
+                  f"{prepared.tokens} tokens]")
+
+    def rewind(self, arg: str) -> None:
+        """``/rewind N``: keep the first N messages."""
+        total = len(self.cm.canonical)
+        try:
+            upto = int(arg)
+        except ValueError:
+            self._fail(f"/rewind needs a message count from 0 to {total}, got {arg!r}")
+            return
+        self.cm.rewind(upto)
+        self._say(f"[rewound to {upto} messages (dropped {total - upto})]")
+
+    def handle(self, line: str) -> bool:
+        """Process one input line; False when the loop should end."""
+        from ctxfold.kernel.errors import CtxfoldError
+
+        text = line.strip()
+        if not text:
+            return True
+        command, _, arg = text.partition(" ")
+        try:
+            if command in ("/quit", "/exit"):
+                return False
+            if command == "/help":
+                self._say(HELP)
+            elif command == "/status":
+                self._say(status_line(self.cm))
+            elif command == "/compact":
+                self.compact(arg.strip())
+            elif command == "/rewind":
+                self.rewind(arg.strip())
+            elif command.startswith("/"):
+                self._fail(f"unknown command {command!r}; type /help for the commands")
+            else:
+                self.turn(text)
+        except CtxfoldError as exc:
+            self._fail(str(exc))
+        return True
+
+    def run(self, lines: Iterable[str], prompt: bool) -> int:
+        """Read until ``/quit`` or end of input; 1 if anything failed, else 0."""
+        iterator = iter(lines)
+        while True:
+            if prompt:
+                print("> ", end="", file=self.out, flush=True)
+            line = next(iterator, None)
+            if line is None or not self.handle(line):
+                break
+        return 1 if self.failures else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctxfold.cli.sessions_cmd import open_store
+    from ctxfold.kernel.engine import ContextManager
+    from ctxfold.kernel.session_id import validate_session_id
+    from ctxfold.kernel.strategies import StrategyContext
+    from ctxfold.kernel.types import Message
+
+    handle = open_store(args)
+    session_id = validate_session_id(
+        args.session or "chat-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
+    config, registry = handle.config, handle.registry
+    provider = registry.create("provider", config.provider.name,
+                               StrategyContext(config=config, registry=registry))
+    try:
+        existed = handle.store.exists(session_id)
+        cm = ContextManager.open(session_id, config=config, registry=registry,
+                                 store=handle.store, provider=provider)
+        if existed:
+            resumed = cm.resume()
+            notice = f"; {resumed.notice}" if resumed.notice else ""
+            print(f"[session {session_id}: {len(cm.canonical)} messages, cache "
+                  f"{resumed.cache_state}{notice}]", flush=True)
+        else:
+            if args.system:
+                cm.append(Message(role="system", content=args.system))
+            print(f"[new session {session_id}; /help for commands]", flush=True)
+        loop = ChatLoop(cm, provider, sys.stdout, sys.stderr)
+        return loop.run(_lines(sys.stdin), prompt=sys.stdin.isatty())
+    finally:
+        close = getattr(provider, "close", None)
+        if callable(close):
+            close()
+
+
+def _lines(stream: TextIO) -> Iterable[str]:
+    # readline, not iteration: iterating a pipe reads ahead in blocks, which is fine for
+    # scripts but would make a terminal wait for several lines.
+    while True:
+        line = stream.readline()
+        if not line:
+            return
+        yield line

@@ -1,0 +1,55 @@
+"""``ctxfold emulate``: serve the loopback provider emulator until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "emulate",
+        help="serve a loopback provider emulator with prefix-cache accounting",
+        description="Serve an emulated DeepSeek / MiMo / OpenAI Responses endpoint on "
+                    "127.0.0.1 that reports prompt-cache usage like the real provider. "
+                    "Prints the base URL, then serves until Ctrl-C.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0 = ephemeral, default)")
+    parser.add_argument("--profile", choices=("deepseek", "mimo", "responses"),
+                        default="deepseek", help="wire format and cache rules (default deepseek)")
+    parser.add_argument("--window", type=int, default=None,
+                        help="context window in tokens (default: the profile's)")
+    parser.add_argument("--script", metavar="FILE", default=None,
+                        help="JSON list of replies ({text, tool_calls, reasoning, finish_reason})")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
+        stop: threading.Event | None = None) -> int:
+    """Serve until Ctrl-C (or until ``stop`` is set, for tests); ``ready`` is set once the
+    base URL has been printed."""
+    from ctxfold.emulator import Emulator, load_script
+    from ctxfold.kernel.errors import ConfigError
+
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535, got {args.port}")
+    script = load_script(args.script) if args.script else None
+    emulator = Emulator(args.profile, window=args.window, script=script, port=args.port)
+    try:
+        base_url = emulator.start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; "
+                          "choose another --port or 0 for an ephemeral one") from None
+    print(base_url, flush=True)
+    if ready is not None:
+        ready.set()
+    waiter = stop or threading.Event()
+    try:
+        while not waiter.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        emulator.stop()
+    return 0

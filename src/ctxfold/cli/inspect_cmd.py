@@ -1,0 +1,225 @@
+"""``ctxfold inspect SESSION [--json] [--root DIR]``: what the model sees and why.
+
+Shows the projection (version, covered count, body size, tokens), the last receipt, the
+cache state, the telemetry records and the size of the provider-visible view against the
+trigger and the window. Strictly read-only: unlike opening a session it never repairs a torn
+transcript tail, never discards an invalid sidecar and never records a resume; problems are
+reported instead (``notices``). The JSON keys are documented in ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ctxfold.cli.sessions_cmd import StoreHandle, add_root_flag, iso_time, require_session
+
+if TYPE_CHECKING:
+    from ctxfold.kernel.types import Message, SidecarState
+
+#: Protocol reserve below the window (SPEC §2 hard ceiling).
+PROTOCOL_RESERVE = 256
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "inspect",
+        help="show a session's projection, receipt, cache state and telemetry (read-only)",
+        description="Show the projection, last receipt, cache state, telemetry and the view "
+        "size against the trigger and window of SESSION. Never modifies anything.",
+    )
+    parser.add_argument("session", metavar="SESSION", help="session id")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_root_flag(parser)
+    parser.set_defaults(func=run)
+
+
+def read_canonical(handle: StoreHandle, session_id: str) -> tuple[list[Message], list[str]]:
+    """The transcript without repairing anything; (messages, notices)."""
+    path = getattr(handle.store, "transcript_path", None)
+    if path is None:  # another store: its load() is the only reader there is
+        return handle.store.load(session_id), []
+    from ctxfold.plugins.stores.fs import parse_transcript
+
+    file = path(session_id)
+    parsed = parse_transcript(file.read_bytes(), file)
+    notices = []
+    if parsed.torn:
+        notices.append(f"transcript {file}: unfinished last line ({len(parsed.torn)} bytes) "
+                       "ignored here; the next write to the session moves it aside")
+    return parsed.messages, notices
+
+
+def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message]
+               ) -> tuple[SidecarState, bool, str, list[str]]:
+    """Decode and validate the sidecar without writing; (state, present, error, notices)."""
+    from ctxfold.kernel.errors import CtxfoldError
+    from ctxfold.kernel.sidecar import fresh_state, sidecar_codec, validate_projection
+
+    try:
+        raw = handle.store.read_sidecar(session_id)
+        if raw is None:
+            return fresh_state(), False, "", []
+        state = sidecar_codec(handle.registry, handle.config).decode(json.loads(raw))
+    except (CtxfoldError, ValueError, TypeError, KeyError, RecursionError) as exc:
+        error = f"sidecar unreadable or invalid ({exc}); opening the session discards it"
+        return fresh_state(), True, error, [error]
+    state, notices = validate_projection(state, canonical, session_id)
+    return state, True, "", notices
+
+
+def visible(state: SidecarState, canonical: Sequence[Message]) -> list[Message]:
+    """Projection body + canonical tail, else canonical (mirrors ``ContextManager.view``)."""
+    projection = state.projection
+    shown = [m for m in canonical if not m.local_only]
+    if projection is None:
+        return shown
+    body = list(projection.messages)
+    if body and body[0].role == "system" and canonical and canonical[0].role == "system":
+        body[0] = canonical[0]
+    tail = [m for m in canonical[projection.covered_count:] if not m.local_only]
+    return body + tail
+
+
+def _plain(obj: Any) -> Any:
+    return attrs.asdict(obj) if obj is not None else None
+
+
+def collect(handle: StoreHandle, session_id: str, *, now: float | None = None
+            ) -> dict[str, Any]:
+    """Everything ``inspect`` reports, as a JSON-ready dict (see ``docs/cli.md``)."""
+    from ctxfold.kernel.session import cache_ttl_for
+    from ctxfold.kernel.strategies import StrategyContext
+    from ctxfold.kernel.types import CacheState, RequestShape
+
+    require_session(handle, session_id)
+    canonical, notices = read_canonical(handle, session_id)
+    state, present, error, more = read_state(handle, session_id, canonical)
+    notices += more
+    view = visible(state, canonical)
+    config = handle.config
+    estimator = handle.registry.create(
+        "estimator", config.estimator.name,
+        StrategyContext(config=config, registry=handle.registry),
+    )
+    tokens = int(estimator.estimate(RequestShape(view)))
+    window = config.provider.context_window
+    trigger = math.floor(window * config.agent.compact_ratio)
+    ttl = cache_ttl_for(config)
+    last = handle.store.last_activity(session_id)
+    now = time.time() if now is None else now
+    idle = None if last is None else max(0.0, now - last)
+    label = (CacheState.UNKNOWN if idle is None
+             else CacheState.COLD if idle >= ttl * 60 else CacheState.WARM)
+    p = state.projection
+    projection = None if p is None else {
+        "version": p.projection_version,
+        "covered_count": p.covered_count,
+        "body_messages": len(p.messages),
+        "tokens": p.projection_tokens,
+        "source_tokens": p.source_tokens,
+        "summary_hash": p.summary_hash,
+        "covered_prefix_hash": p.covered_prefix_hash,
+        "created_at": p.created_at,
+    }
+    return {
+        "session": session_id,
+        "root": handle.where,
+        "messages": len(canonical),
+        "projection": projection,
+        "view": {
+            "messages": len(view),
+            "tokens": tokens,
+            "estimator": config.estimator.name,
+            "trigger": trigger,
+            "window": window,
+            "hard_ceiling": window - PROTOCOL_RESERVE,
+            "compact_ratio": config.agent.compact_ratio,
+            "trigger_used": round(tokens / trigger, 4) if trigger else None,
+            "window_used": round(tokens / window, 4) if window else None,
+            "above_trigger": tokens >= trigger,
+        },
+        "receipt": _plain(state.last_receipt),
+        "cache": {
+            "state": str(state.last_cache_state),
+            "state_now": str(label),
+            "ttl_minutes": ttl,
+            "last_activity": iso_time(last),
+            "idle_seconds": None if idle is None else round(idle, 1),
+            "prompt_cache_key": state.prompt_cache_key,
+        },
+        "telemetry": [_plain(r) for r in state.telemetry],
+        "sidecar": {
+            "present": present,
+            "error": error,
+            "schema_version": state.schema_version if present and not error else None,
+            "generation": state.generation,
+            "transcript_version": state.transcript_version,
+            "updated_at": state.updated_at,
+        },
+        "notices": notices,
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f}%"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The human-readable form of :func:`collect`'s report."""
+    v, c, s = report["view"], report["cache"], report["sidecar"]
+    out = [f"session {report['session']} in {report['root']}: {report['messages']} messages"]
+    p = report["projection"]
+    if p is None:
+        out.append("projection: none (the view is the canonical transcript)")
+    else:
+        out.append(f"projection: version {p['version']}, covers {p['covered_count']} messages "
+                   f"with {p['body_messages']} body messages, {p['tokens']} tokens "
+                   f"(from {p['source_tokens']})")
+    out.append(f"view: {v['messages']} messages, {v['tokens']} tokens ({v['estimator']}); "
+               f"trigger {v['trigger']} ({_pct(v['trigger_used'])} used), window {v['window']} "
+               f"({_pct(v['window_used'])} used), hard ceiling {v['hard_ceiling']}")
+    r = report["receipt"]
+    if r is None:
+        out.append("last receipt: none")
+    else:
+        out.append(f"last receipt: {r['status']} {r['action']} ({r['trigger']}) version "
+                   f"{r['projection_version']}, tokens {r['input_tokens']} -> "
+                   f"{r['result_tokens']} (saved {r['saved_tokens']}), cache_break "
+                   f"{str(r['cache_break']).lower()}" + (f", reason: {r['reason']}"
+                                                         if r["reason"] else ""))
+    out.append(f"cache: recorded {c['state']}, now {c['state_now']} (ttl {c['ttl_minutes']} "
+               f"min, last activity {c['last_activity'] or 'unknown'}), key "
+               f"{c['prompt_cache_key'] or '-'}")
+    out.append(f"sidecar: {'present' if s['present'] else 'absent'}, generation "
+               f"{s['generation']}" + (f", ERROR {s['error']}" if s["error"] else ""))
+    rows = report["telemetry"]
+    out.append(f"telemetry: {len(rows)} records")
+    if rows:
+        out.append("  KIND     TRIGGER   ACTION   BEFORE    AFTER    SAVED  SUMM  CACHE    "
+                   "HIT      MISS     VER")
+        for t in rows:
+            out.append(f"  {t['kind']:<8} {t['trigger'] or '-':<9} {t['action'] or '-':<8} "
+                       f"{t['tokens_before']:>7} {t['tokens_after']:>8} {t['saved_tokens']:>8} "
+                       f"{t['summary_calls']:>5}  {t['cache_state']:<8} "
+                       f"{t['cache_hit_tokens']:<8} {t['cache_miss_tokens']:<8} "
+                       f"{t['projection_version']}")
+    out.extend(f"notice: {n}" for n in report["notices"])
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctxfold.cli.sessions_cmd import open_store
+
+    report = collect(open_store(args), args.session)
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print(render(report))
+    return 0

@@ -1,0 +1,33 @@
+"""Policy ``append-only``: never maintains anything.
+
+Every request is the whole transcript so far — the ideal case for the prefix cache and the
+baseline every other policy is measured against. A request above the window is an overflow
+(the provider would answer HTTP 400, SPEC §3.6); the runner ends the run there and reports the
+policy as failed.
+"""
+
+from __future__ import annotations
+
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.replay.policy import BasePolicy, PolicyRequest, setup_of
+
+
+class AppendOnlyPolicy(BasePolicy):
+    """The transcript, unmaintained."""
+
+    name = "append-only"
+
+    def request(self) -> PolicyRequest:
+        return PolicyRequest(messages=tuple(self.history))
+
+
+def _factory(context: StrategyContext) -> AppendOnlyPolicy:
+    return AppendOnlyPolicy(setup_of(context))
+
+
+@hookimpl
+def ctxfold_policies() -> list[StrategySpec]:
+    """Register the ``append-only`` policy."""
+    return [StrategySpec(kind="policy", name="append-only", factory=_factory,
+                         description="never maintains; overflow ends the run (baseline)")]

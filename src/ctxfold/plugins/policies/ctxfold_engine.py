@@ -1,0 +1,113 @@
+"""Policy ``ctxfold``: the real engine, a :class:`~ctxfold.kernel.engine.ContextManager`.
+
+Each canonical message is appended to a session in a private filesystem store (temporary
+directory); before each assistant message the policy calls ``prepare()`` — the engine exactly
+as specified (SPEC §3.2: one trigger at ``floor(window × compact_ratio)``, prune first, then at
+most two folds, 16 % tail, pinned head). Summary requests are counted from the summarizer
+calls (the shared summarizer is wrapped to record them). A ``CompactionRequiredError`` ends
+the run as failed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from ctxfold.config.schema import AgentConfig, SummarizerConfig
+from ctxfold.kernel.errors import MaintenanceError
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.strategies import StrategyContext, StrategySpec, SummaryRequest, SummaryResult
+from ctxfold.kernel.types import Message
+from ctxfold.replay.policy import PolicyFailed, PolicyRequest, PolicySetup, SummaryCall, setup_of
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class _Recorder:
+    """Wraps the shared summarizer and keeps every request with its answer."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.calls: list[tuple[SummaryRequest, SummaryResult]] = []
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        result: SummaryResult = self.inner.summarize(request)  # type: ignore[attr-defined]
+        self.calls.append((request, result))
+        return result
+
+
+class CtxfoldPolicy:
+    """The ctxfold engine under replay."""
+
+    name = "ctxfold"
+
+    def __init__(self, setup: PolicySetup, context: StrategyContext) -> None:
+        from ctxfold.kernel.engine import ContextManager
+
+        self.setup = setup
+        config = attrs.evolve(
+            context.config,
+            agent=AgentConfig(compact_ratio=setup.compact_ratio),
+            summarizer=SummarizerConfig(name="extractive"),
+            store=attrs.evolve(context.config.store, name="fs",
+                               path=str(setup.workdir / "ctxfold-store")),
+        )
+        self.recorder = _Recorder(setup.summarizer)
+        session_id = (_UNSAFE.sub("_", setup.session_name) or "session")[:100]
+        if not session_id[0].isalnum():
+            session_id = "s" + session_id
+        self.manager = ContextManager.open(
+            session_id,
+            config=config,
+            registry=context.registry,
+            tools=setup.tools,
+            estimator=setup.estimator,
+            summarizer=self.recorder,
+            window=setup.window,
+            workspace="replay",
+        )
+        self._pending: list[Message] = []
+
+    def observe(self, message: Message) -> None:
+        # Batched until the next request: one store append (one fsync) per round.
+        self._pending.append(message)
+
+    def _flush(self) -> None:
+        if self._pending:
+            self.manager.append(*self._pending)
+            self._pending.clear()
+
+    def request(self) -> PolicyRequest:
+        self._flush()
+        before = len(self.recorder.calls)
+        try:
+            prepared = self.manager.prepare()
+        except MaintenanceError as exc:
+            raise PolicyFailed(f"policy ctxfold: {exc}") from exc
+        calls = tuple(
+            SummaryCall(request=req, text=res.text.strip())
+            for req, res in self.recorder.calls[before:]
+        )
+        return PolicyRequest(
+            messages=prepared.messages,
+            summaries=calls,
+            installed=prepared.action != "none",
+            prunes=1 if prepared.action == "prune" else 0,
+        )
+
+    def canonical(self) -> tuple[Message, ...]:
+        """The transcript as the store has it (re-read from disk, not from memory)."""
+        self._flush()
+        return tuple(self.manager.store.load(self.manager.session_id))
+
+
+def _factory(context: StrategyContext) -> CtxfoldPolicy:
+    return CtxfoldPolicy(setup_of(context), context)
+
+
+@hookimpl
+def ctxfold_policies() -> list[StrategySpec]:
+    """Register the ``ctxfold`` policy."""
+    return [StrategySpec(kind="policy", name="ctxfold", factory=_factory,
+                         description="the ctxfold engine (ContextManager.prepare) as specified")]

@@ -1,0 +1,528 @@
+"""The filesystem store: transcripts, crash recovery, locking, sidecar files (SPEC §4.1)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxfold.config.schema import Config, StoreConfig
+from ctxfold.kernel.errors import SessionError, SidecarError, StoreError
+from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.strategies import Store, StrategyContext
+from ctxfold.kernel.types import Message, ToolCall
+from ctxfold.plugins.stores import fs as fs_module
+from ctxfold.plugins.stores.fs import FsStore, StoreWarning
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FsStore:
+    return FsStore(tmp_path / "sessions")
+
+
+def _msgs(n: int, start: int = 0) -> list[Message]:
+    return [Message(role="user", content=f"message {i}") for i in range(start, start + n)]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# -- ids, lifecycle ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "", "a/b", ".hidden", "a\x00b", "x" * 129])
+def test_hostile_ids_are_rejected_everywhere(store: FsStore, tmp_path: Path, bad: str) -> None:
+    store.create("ok")
+    calls = [
+        lambda: store.exists(bad),
+        lambda: store.create(bad),
+        lambda: store.load(bad),
+        lambda: store.append(bad, _msgs(1)),
+        lambda: store.read_sidecar(bad),
+        lambda: store.write_sidecar(bad, b"{}"),
+        lambda: store.discard_sidecar(bad, "test"),
+        lambda: store.last_activity(bad),
+        lambda: store.fork("ok", bad),
+        lambda: store.fork(bad, "ok2"),
+        lambda: store.rewind(bad, 0),
+        lambda: store.delete(bad),
+    ]
+    for call in calls:
+        with pytest.raises(SessionError, match="invalid session id"):
+            call()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["ok.jsonl", "sessions"]
+
+
+def test_create_exists_list(store: FsStore) -> None:
+    assert store.list_sessions() == []  # root does not exist yet
+    assert not store.exists("b")
+    store.create("b")
+    store.create("a")
+    assert store.exists("b")
+    assert store.list_sessions() == ["a", "b"]
+    assert store.load("a") == []
+    with pytest.raises(SessionError, match="already exists"):
+        store.create("a")
+
+
+def test_unknown_session_names_id_and_root(store: FsStore) -> None:
+    store.create("other")
+    for call in (
+        lambda: store.load("nope"),
+        lambda: store.append("nope", _msgs(1)),
+        lambda: store.rewind("nope", 0),
+        lambda: store.delete("nope"),
+        lambda: store.write_sidecar("nope", b"{}"),
+        lambda: store.fork("nope", "copy"),
+    ):
+        with pytest.raises(SessionError) as info:
+            call()
+        assert "'nope'" in str(info.value) and str(store.root) in str(info.value)
+    assert not (store.root / "nope.lock").exists()
+    assert store.last_activity("nope") is None
+
+
+def test_file_modes(tmp_path: Path) -> None:
+    store = FsStore(tmp_path / "root")
+    store.create("s")
+    store.append("s", _msgs(1))
+    store.write_sidecar("s", b"{}\n")
+    with (store.root / "s.jsonl").open("ab") as handle:
+        handle.write(b'{"role":"us')
+    with pytest.warns(StoreWarning):
+        store.load("s")
+    assert _mode(store.root) == 0o700
+    for name in ("s.jsonl", "s.context.json", "s.lock", "s.jsonl.corrupt"):
+        assert _mode(store.root / name) == 0o600, name
+    store.fork("s", "t")
+    assert _mode(store.root / "t.jsonl") == 0o600
+    store.rewind("s", 0)
+    assert _mode(store.root / "s.jsonl") == 0o600
+
+
+# -- append / load -----------------------------------------------------------------------------
+
+
+def test_round_trip_unicode_raw_content_and_tool_calls(store: FsStore) -> None:
+    messages = [
+        Message(role="system", content="你是助手 🤖"),
+        Message(role="user", content="line1\nline2\u2028end \"quoted\" \\ 😀", origin="user"),
+        Message(
+            role="assistant",
+            content="",
+            reasoning_content="思考…",
+            tool_calls=(ToolCall(id="c1", name="bash", arguments='{"cmd": "ls -la"}'),),
+        ),
+        Message(role="tool", tool_call_id="c1", name="bash", content="bounded…",
+                raw_content="完整输出 " * 1000),
+        Message(role="user", content="lone \ud800 surrogate", local_only=True, partial=True,
+                created_at="2026-01-01T00:00:00Z", id="m5", origin="host"),
+    ]
+    store.create("s")
+    store.append("s", messages[:2])
+    store.append("s", messages[2:])
+    assert store.load("s") == messages
+    assert FsStore(store.root).load("s") == messages  # from disk, not from the cache
+    lines = (store.root / "s.jsonl").read_bytes().split(b"\n")
+    assert len(lines) == 6 and lines[-1] == b""
+    first = json.loads(lines[0])
+    assert first == {"role": "system", "content": "你是助手 🤖"}  # defaults omitted
+    assert "你是助手".encode() in lines[0]  # UTF-8, not \u escapes
+
+
+def test_append_batch_is_one_write_and_one_fsync(
+    store: FsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create("s")
+    store.load("s")
+    transcript = store.root / "s.jsonl"
+    writes: list[int] = []
+    syncs: list[int] = []
+    real_write, real_fsync = os.write, os.fsync
+
+    def write(fd: int, data: bytes) -> int:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == str(transcript):
+            writes.append(len(data))
+        return real_write(fd, data)
+
+    def fsync(fd: int) -> None:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == str(transcript):
+            syncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(fs_module.os, "write", write)
+    monkeypatch.setattr(fs_module.os, "fsync", fsync)
+    store.append("s", _msgs(50))
+    assert len(writes) == 1 and len(syncs) == 1
+    assert writes[0] == transcript.stat().st_size
+    assert len(store.load("s")) == 50
+
+
+def test_blank_lines_are_skipped(store: FsStore) -> None:
+    store.create("s")
+    store.append("s", _msgs(2))
+    path = store.root / "s.jsonl"
+    a, b = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(a + b"\n  \n" + b + b"\n")
+    assert store.load("s") == _msgs(2)
+
+
+# -- crash recovery ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fragment",
+    [
+        b'{"role":"user","content":"unfinis',
+        b'{"role":"user","content":"caf\xc3',  # cut inside a UTF-8 character
+        b"\x00\x00\x00\x00",  # zero-filled block after a power loss
+        b'{"role":"user","content":"x"}',  # complete JSON but no newline: not committed
+        b"garbage\n",  # newline present but the last line is not JSON
+    ],
+)
+def test_torn_last_line_is_moved_to_corrupt(store: FsStore, fragment: bytes) -> None:
+    store.create("s")
+    store.append("s", _msgs(3))
+    path = store.root / "s.jsonl"
+    good = path.read_bytes()
+    with path.open("ab") as handle:
+        handle.write(fragment)
+    fresh = FsStore(store.root)
+    with pytest.warns(StoreWarning, match=r"s\.jsonl.*moved to .*s\.jsonl\.corrupt"):
+        assert fresh.load("s") == _msgs(3)
+    assert path.read_bytes() == good
+    corrupt = (store.root / "s.jsonl.corrupt").read_bytes()
+    assert corrupt == fragment if fragment.endswith(b"\n") else fragment + b"\n"
+    # Appending afterwards continues cleanly from the last good line.
+    fresh.append("s", _msgs(1, start=3))
+    assert FsStore(store.root).load("s") == _msgs(4)
+
+
+def test_append_after_torn_tail_never_merges(store: FsStore) -> None:
+    store.create("s")
+    store.append("s", _msgs(2))
+    with (store.root / "s.jsonl").open("ab") as handle:
+        handle.write(b'{"role":"assistant","content":"cut')
+    other = FsStore(store.root)  # no cache: it must look at the file before appending
+    with pytest.warns(StoreWarning):
+        other.append("s", _msgs(1, start=2))
+    assert FsStore(store.root).load("s") == _msgs(3)
+    assert b"cut" in (store.root / "s.jsonl.corrupt").read_bytes()
+
+
+def test_corrupt_file_is_appended_never_overwritten(store: FsStore) -> None:
+    store.create("s")
+    path = store.root / "s.jsonl"
+    for i, fragment in enumerate((b'{"first', b'{"second')):
+        store.append("s", _msgs(1, start=i))
+        with path.open("ab") as handle:
+            handle.write(fragment)
+        with pytest.warns(StoreWarning):
+            FsStore(store.root).load("s")
+    assert (store.root / "s.jsonl.corrupt").read_bytes() == b'{"first\n{"second\n'
+    assert FsStore(store.root).load("s") == _msgs(2)
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "why"),
+    [
+        (b"{not json}", "invalid JSON"),
+        (b'{"role":"user","content":"caf\xff"}', "invalid UTF-8"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"role":"wizard","content":"x"}', "not a transcript message"),
+        (b'{"content":"no role"}', "not a transcript message"),
+    ],
+)
+def test_middle_corruption_raises_with_file_and_line(
+    store: FsStore, bad_line: bytes, why: str
+) -> None:
+    store.create("s")
+    store.append("s", _msgs(4))
+    path = store.root / "s.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2] = bad_line + b"\n"
+    path.write_bytes(b"".join(lines))
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as info:
+        FsStore(store.root).load("s")
+    message = str(info.value)
+    assert str(path) in message and "line 3" in message and why in message
+    assert path.read_bytes() == before  # nothing repaired behind the user's back
+    assert not (store.root / "s.jsonl.corrupt").exists()
+
+
+def test_valid_json_non_message_last_line_is_an_error_not_a_tear(store: FsStore) -> None:
+    store.create("s")
+    store.append("s", _msgs(2))
+    with (store.root / "s.jsonl").open("ab") as handle:
+        handle.write(b'{"role":"robot"}\n')
+    with pytest.raises(StoreError, match="line 3"):
+        FsStore(store.root).load("s")
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+
+def _writer(root: str, session_id: str, tag: str, count: int) -> None:
+    store = FsStore(Path(root))
+    for i in range(count):
+        store.append(session_id, [Message(role="user", content=f"{tag}-{i}:" + "x" * 5000)])
+
+
+def test_two_processes_appending_never_interleave(store: FsStore) -> None:
+    store.create("shared")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_writer, args=(str(store.root), "shared", tag, 200))
+        for tag in ("A", "B")
+    ]
+    for proc in procs:
+        proc.start()
+    reads = 0
+    # Lock-free loads while both write: must never fail or "repair" an append in flight.
+    while any(proc.is_alive() for proc in procs):
+        FsStore(store.root).load("shared")
+        reads += 1
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    messages = FsStore(store.root).load("shared")
+    assert len(messages) == 400
+    assert len((store.root / "shared.jsonl").read_bytes().splitlines()) == 400
+    for tag in ("A", "B"):
+        mine = [m.content.split(":")[0] for m in messages if m.content.startswith(tag)]
+        assert mine == [f"{tag}-{i}" for i in range(200)]  # each writer's order kept
+    assert all(m.content.endswith("x" * 5000) for m in messages)
+    assert not (store.root / "shared.jsonl.corrupt").exists()
+    assert reads > 0
+
+
+def test_unfinished_line_of_an_append_in_flight_is_not_repaired(store: FsStore) -> None:
+    import threading
+
+    import filelock
+
+    store.create("s")
+    store.append("s", _msgs(1))
+    path = store.root / "s.jsonl"
+    line = (json.dumps({"role": "user", "content": "in flight"}) + "\n").encode()
+    holder = filelock.FileLock(store.root / "s.lock")  # another writer, mid-append
+    holder.acquire()
+    with path.open("ab") as handle:
+        handle.write(line[:10])
+    result: list[list[Message]] = []
+    reader = threading.Thread(target=lambda: result.append(FsStore(store.root).load("s")))
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive()  # it saw the unfinished line and waits for the lock
+    assert not (store.root / "s.jsonl.corrupt").exists()
+    with path.open("ab") as handle:
+        handle.write(line[10:])
+    holder.release()
+    reader.join(10)
+    assert result == [[*_msgs(1), Message(role="user", content="in flight")]]
+    assert not (store.root / "s.jsonl.corrupt").exists()
+
+
+# -- cache and speed ---------------------------------------------------------------------------
+
+
+def test_unchanged_session_is_not_parsed_again(
+    store: FsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create("s")
+    store.append("s", _msgs(5))
+    store.load("s")
+    calls = []
+    real = fs_module.parse_transcript
+    monkeypatch.setattr(
+        fs_module, "parse_transcript", lambda *a: calls.append(1) or real(*a)
+    )
+    first = store.load("s")
+    first.append(Message(role="user", content="caller's own list"))
+    assert store.load("s") == _msgs(5)  # the cache hands out copies
+    store.append("s", _msgs(1, start=5))  # own appends extend the cache
+    assert store.load("s") == _msgs(6)
+    assert calls == []  # append() after a cached load keeps the cache warm
+    FsStore(store.root).append("s", _msgs(1, start=6))  # another writer
+    assert store.load("s") == _msgs(7)
+    assert len(calls) == 1
+
+
+def test_large_session_loads_fast(store: FsStore) -> None:
+    # ~1M tokens: 5,000 messages, ~4.5 MB of JSON.
+    messages = []
+    for i in range(5000):
+        if i % 2:
+            messages.append(Message(role="tool", tool_call_id=f"c{i}", content="y" * 800,
+                                    raw_content="y" * 1600))
+        else:
+            messages.append(Message(role="assistant", content="z" * 300, tool_calls=(
+                ToolCall(id=f"c{i + 1}", name="bash", arguments='{"cmd":"ls"}'),)))
+    store.create("big")
+    store.append("big", messages)
+    best = min(_timed(lambda: FsStore(store.root).load("big")) for _ in range(3))
+    assert best < 0.3, f"cold load took {best:.3f}s"
+    warm = FsStore(store.root)
+    warm.load("big")
+    assert _timed(lambda: warm.load("big")) < 0.01
+
+
+def _timed(fn: object) -> float:
+    start = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+# -- fork / rewind / delete --------------------------------------------------------------------
+
+
+def test_fork_copies_prefix_bytes_and_no_sidecar(store: FsStore) -> None:
+    store.create("src")
+    store.append("src", _msgs(5))
+    store.write_sidecar("src", b'{"schema_version": 3}\n')
+    store.fork("src", "all")
+    store.fork("src", "two", upto=2)
+    store.fork("src", "none", upto=0)
+    assert store.load("all") == _msgs(5)
+    assert store.load("two") == _msgs(2)
+    assert store.load("none") == []
+    src = (store.root / "src.jsonl").read_bytes()
+    assert src.startswith((store.root / "two.jsonl").read_bytes())
+    assert store.read_sidecar("two") is None
+    assert store.load("src") == _msgs(5)  # the source is untouched
+    with pytest.raises(SessionError, match="already exists"):
+        store.fork("src", "two")
+    with pytest.raises(SessionError, match="upto=6"):
+        store.fork("src", "bad", upto=6)
+    assert not store.exists("bad")
+    assert not [p for p in store.root.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_rewind_truncates_and_discards_only_a_sidecar_that_no_longer_fits(
+    store: FsStore,
+) -> None:
+    store.create("s")
+    store.append("s", _msgs(6))
+    store.write_sidecar("s", json.dumps({"projection": {"covered_count": 3}}).encode())
+    store.rewind("s", 4)  # the projection covers 3 <= 4: the checkpoint is kept
+    assert store.load("s") == _msgs(4)
+    assert FsStore(store.root).load("s") == _msgs(4)
+    assert store.read_sidecar("s") is not None
+    with pytest.warns(StoreWarning, match="rewind to 2 messages"):
+        store.rewind("s", 2)
+    assert store.read_sidecar("s") is None
+    assert len(list(store.root.glob("s.context.json.invalid-*"))) == 1
+    store.rewind("s", 0)
+    assert store.load("s") == []
+    with pytest.raises(SessionError, match="from 0 to 0"):
+        store.rewind("s", 1)
+    with pytest.raises(SessionError):
+        store.rewind("s", -1)
+
+
+def test_delete_removes_every_file_of_the_session_only(store: FsStore) -> None:
+    for sid in ("a", "a.jsonl", "a.context.json.invalid-x", "ab"):
+        store.create(sid)
+        store.append(sid, _msgs(1))
+        store.write_sidecar(sid, b"{}")
+    with pytest.warns(StoreWarning):
+        store.discard_sidecar("a", "test")
+    store.write_sidecar("a", b"{}")
+    with (store.root / "a.jsonl").open("ab") as handle:
+        handle.write(b"{torn")
+    with pytest.warns(StoreWarning):
+        FsStore(store.root).load("a")
+    (store.root / ".a.context.json.abc123.tmp").write_bytes(b"")  # a crashed atomic write
+    store.delete("a")
+    names = sorted(p.name for p in store.root.iterdir())
+    assert not [n for n in names if n.startswith(("a.context.json.invalid-2", ".a."))]
+    assert "a.jsonl" not in names and "a.context.json" not in names and "a.lock" not in names
+    assert "a.jsonl.corrupt" not in names
+    assert store.list_sessions() == ["a.context.json.invalid-x", "a.jsonl", "ab"]
+    for sid in store.list_sessions():
+        assert store.load(sid) == _msgs(1) and store.read_sidecar(sid) == b"{}"
+    assert not store.exists("a")
+    with pytest.raises(SessionError):
+        store.load("a")
+
+
+# -- sidecar files -----------------------------------------------------------------------------
+
+
+def test_sidecar_write_read_and_atomic_failure(
+    store: FsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create("s")
+    assert store.read_sidecar("s") is None
+    store.write_sidecar("s", b'{"old": true}\n')
+    assert store.read_sidecar("s") == b'{"old": true}\n'
+
+    def boom(*_a: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="No space"):
+        store.write_sidecar("s", b'{"new": true}\n')
+    monkeypatch.undo()
+    assert store.read_sidecar("s") == b'{"old": true}\n'
+    assert sorted(p.name for p in store.root.iterdir()) == ["s.context.json", "s.jsonl", "s.lock"]
+
+
+def test_unreadable_sidecar_raises_sidecar_error(store: FsStore) -> None:
+    store.create("s")
+    (store.root / "s.context.json").mkdir()  # a directory where the file should be
+    with pytest.raises(SidecarError, match=r"s\.context\.json"):
+        store.read_sidecar("s")
+    with pytest.warns(StoreWarning, match="broken"):
+        store.discard_sidecar("s", "broken")
+    assert store.read_sidecar("s") is None
+
+
+def test_discard_keeps_the_file_for_audit(store: FsStore) -> None:
+    store.create("s")
+    store.discard_sidecar("s", "nothing to discard")  # no sidecar: no-op, no warning
+    store.write_sidecar("s", b"first")
+    with pytest.warns(StoreWarning, match="invalid JSON"):
+        store.discard_sidecar("s", "invalid JSON")
+    store.write_sidecar("s", b"second")
+    with pytest.warns(StoreWarning):
+        store.discard_sidecar("s", "again")
+    kept = sorted(store.root.glob("s.context.json.invalid-*"))
+    assert [p.read_bytes() for p in kept] == [b"first", b"second"]
+    assert all(_mode(p) == 0o600 for p in kept)
+
+
+def test_last_activity_is_transcript_mtime(store: FsStore) -> None:
+    store.create("s")
+    store.append("s", _msgs(1))
+    os.utime(store.root / "s.jsonl", (1_000_000, 1_000_000))
+    store.write_sidecar("s", b"{}")  # resume telemetry must not look like activity
+    assert store.last_activity("s") == 1_000_000
+    store.append("s", _msgs(1))
+    activity = store.last_activity("s")
+    assert activity is not None and abs(activity - time.time()) < 60
+
+
+# -- plugin registration -----------------------------------------------------------------------
+
+
+def test_registered_as_store_fs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = Config(store=StoreConfig(name="fs", path="data/sessions"))
+    registry = Registry(make_plugin_manager(load_entry_points=False))
+    store = registry.create("store", "fs", StrategyContext(config=config, registry=registry))
+    assert isinstance(store, FsStore) and isinstance(store, Store)
+    assert store.root == tmp_path / "data" / "sessions"
+    store.create("x")
+    assert (tmp_path / "data" / "sessions" / "x.jsonl").exists()
+    override = registry.create(
+        "store", "fs", StrategyContext(config=config, registry=registry, options={"path": "o"})
+    )
+    assert override.root == tmp_path / "o"

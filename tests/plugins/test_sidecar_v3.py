@@ -1,0 +1,318 @@
+"""The sidecar codec ``v3``: every historic form, golden fixtures (SPEC §4.2, origin §2.3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxfold.config.schema import Config
+from ctxfold.kernel.convert import message_from_dict
+from ctxfold.kernel.errors import SidecarError, SidecarVersionError
+from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.sidecar import dumps_state, sidecar_codec
+from ctxfold.kernel.types import (
+    CacheState,
+    Message,
+    Projection,
+    Receipt,
+    ReceiptAction,
+    ReceiptStatus,
+    SidecarState,
+    TelemetryRecord,
+    ToolCall,
+)
+from ctxfold.plugins.sidecar_v3 import LEGACY_FIELDS, SidecarV3Codec
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"
+BOUNDED_HASH = "cbf27bb5284b860074aa45bd88792d14"
+PROMOTED_HASH = "17dd8c51986b0fc5b9dc52e0876ba80f"
+SUMMARY_HASH = "ad824198f92cfd4511c6b640b46ce589"
+SUMMARY = (
+    "<compaction-summary>\nSummary of earlier conversation (older messages were compacted to "
+    "save context):\n## Goal\nFix the failing test in src/app.py.\n## Files & code\n- "
+    "src/app.py line 2: `return a - b` should be `a + b`.\n</compaction-summary>"
+)
+BODY = (
+    Message(role="system", content="You are a coding agent. Work in /repo."),
+    Message(role="user", origin="host", content=SUMMARY),
+)
+
+
+def fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture
+def codec() -> SidecarV3Codec:
+    return SidecarV3Codec()
+
+
+def test_registered_as_sidecar_format_v3() -> None:
+    registry = Registry(make_plugin_manager(load_entry_points=False))
+    assert "v3" in registry.names("sidecar_format")
+    built = sidecar_codec(registry, Config())
+    assert isinstance(built, SidecarV3Codec)
+
+
+# -- golden fixtures ---------------------------------------------------------------------------
+
+
+def test_v1(codec: SidecarV3Codec) -> None:
+    state = codec.decode(fixture("v1.json"))
+    assert state == SidecarState(
+        schema_version=3,
+        transcript_version=7,
+        projection=Projection(
+            messages=BODY,
+            transcript_version=7,
+            projection_version=1,
+            covered_count=4,
+            covered_prefix_hash=BOUNDED_HASH,
+            summary_hash=SUMMARY_HASH,
+            source_tokens=5120,
+            projection_tokens=410,
+            created_at="2026-06-02T08:00:00Z",
+        ),
+        prompt_cache_key="repo|s1|deepseek-v4-flash",
+        last_cache_state=CacheState.COLD,
+        generation=0,
+        last_receipt=None,
+        updated_at="2026-06-02T08:00:01Z",
+    )
+
+
+def test_v1_schema_zero_and_missing(codec: SidecarV3Codec) -> None:
+    data = fixture("v1_schema0.json")
+    expected = SidecarState(
+        transcript_version=3,
+        prompt_cache_key="repo|s1|deepseek-chat",
+        last_cache_state=CacheState.WARM,
+        updated_at="2026-05-20T12:00:00Z",
+    )
+    assert codec.decode(data) == expected
+    # blocked_* mirrors are legacy: no receipt is invented from them.
+    assert codec.decode(data).last_receipt is None
+    del data["schema_version"]
+    assert codec.decode(data) == expected
+    data["schema_version"] = None
+    assert codec.decode(data) == expected
+
+
+def test_v2_with_legacy_snip_receipt(codec: SidecarV3Codec) -> None:
+    state = codec.decode(fixture("v2.json"))
+    assert state.generation == 4
+    assert state.projection is not None
+    assert state.projection.view_input_hash == "1" * 32
+    assert state.projection.projection_version == 2
+    assert state.last_receipt == Receipt(
+        operation_id="op-legacy-7",
+        status=ReceiptStatus.APPLIED,
+        action=ReceiptAction.SNIP,
+        trigger="snip",
+        projection_version=2,
+        covered_count=4,
+        covered_prefix_hash=BOUNDED_HASH,
+        input_hash="3" * 32,
+        input_tokens=6000,
+        result_tokens=5120,
+        reason="stale tool results snipped",
+        created_at="2026-07-01T09:30:00Z",
+        generation=4,  # pre-v3 receipts are scoped to the state's generation
+    )
+
+
+def test_v3_is_byte_stable(codec: SidecarV3Codec) -> None:
+    raw = (FIXTURES / "v3.json").read_bytes()
+    state = codec.decode(json.loads(raw))
+    assert dumps_state(codec, state) == raw
+    assert state.generation == 3
+    assert state.last_cache_state is CacheState.WARM
+    assert state.projection is not None and state.projection.messages == BODY
+    assert state.last_receipt is not None
+    assert state.last_receipt.action is ReceiptAction.SUMMARY
+    assert state.last_receipt.saved_tokens == 4710 and state.last_receipt.cache_break is True
+    assert [t.kind for t in state.telemetry] == ["install", "resume"]
+    assert state.telemetry[1] == TelemetryRecord(
+        kind="resume", cache_state=CacheState.COLD, detail="idle 30h",
+        created_at="2026-08-21T16:00:00.000000Z",
+    )
+
+
+def test_v3_with_legacy_fields(codec: SidecarV3Codec) -> None:
+    state = codec.decode(fixture("v3_legacy_fields.json"))
+    assert state.last_cache_state is CacheState.UNKNOWN  # "lukewarm" is not a label
+    assert state.generation == 6
+    receipt = state.last_receipt
+    assert receipt is not None
+    assert receipt.action is ReceiptAction.NATIVE_TOOL_CLEAR
+    assert receipt.status is ReceiptStatus.BLOCKED
+    assert receipt.reason == "native context editing rejected by provider"
+    assert receipt.generation == 6
+    assert state.projection is not None and state.projection.projection_version == 5
+
+
+def test_v3_promoted_decodes_verbatim(codec: SidecarV3Codec) -> None:
+    # The codec does not judge hashes; kernel.sidecar applies the promoted rule.
+    state = codec.decode(fixture("v3_promoted.json"))
+    assert state.projection is not None
+    assert state.projection.covered_prefix_hash == PROMOTED_HASH
+    assert state.last_receipt is not None and state.last_receipt.saved_tokens == 4890
+
+
+def test_newer_schema_is_an_error_never_a_downgrade(codec: SidecarV3Codec) -> None:
+    with pytest.raises(SidecarVersionError, match=r"newer ctxfold.*upgrade"):
+        codec.decode(fixture("newer_v4.json"))
+
+
+def test_invalid_fixture_is_not_json() -> None:
+    with pytest.raises(ValueError):
+        json.loads((FIXTURES / "invalid.json").read_bytes())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["v1.json", "v1_schema0.json", "v2.json", "v3.json", "v3_legacy_fields.json",
+     "v3_promoted.json"],
+)
+def test_reencoding_writes_schema_3_without_legacy_fields(
+    codec: SidecarV3Codec, name: str
+) -> None:
+    document = codec.encode(codec.decode(fixture(name)))
+    assert document["schema_version"] == 3
+    assert not set(LEGACY_FIELDS) & set(document)
+    assert list(document) == [
+        "schema_version", "transcript_version", "projection", "prompt_cache_key",
+        "last_cache_state", "generation", "last_receipt", "telemetry", "updated_at",
+    ]
+    if document["last_receipt"] is not None:
+        assert "blocked_input_hash" not in document["last_receipt"]
+        assert "source_projection" not in document["last_receipt"]
+    text = json.dumps(document)
+    for legacy in ("last_mode", "native_context_editing", "context_editing_fallback"):
+        assert legacy not in text
+    assert codec.decode(json.loads(text)) == codec.decode(fixture(name))  # stable
+
+
+# -- labels and shapes -------------------------------------------------------------------------
+
+
+def test_unknown_receipt_labels_drop_only_the_receipt(codec: SidecarV3Codec) -> None:
+    for field, label in (("status", "exploded"), ("action", "teleport")):
+        data = fixture("v3.json")
+        data["last_receipt"][field] = label
+        state = codec.decode(data)
+        assert state.last_receipt is None
+        assert state.projection is not None and state.generation == 3
+
+
+def test_unknown_telemetry_kind_is_dropped(codec: SidecarV3Codec) -> None:
+    data = fixture("v3.json")
+    data["telemetry"][0]["kind"] = "future-kind"
+    data["telemetry"][1]["cache_state"] = "tepid"
+    state = codec.decode(data)
+    assert [t.kind for t in state.telemetry] == ["resume"]
+    assert state.telemetry[0].cache_state is CacheState.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("patch", "where"),
+    [
+        ({"generation": "3"}, "sidecar.generation"),
+        ({"generation": True}, "sidecar.generation"),
+        ({"transcript_version": 1.5}, "sidecar.transcript_version"),
+        ({"prompt_cache_key": 7}, "sidecar.prompt_cache_key"),
+        ({"projection": "body"}, "sidecar.projection"),
+        ({"projection": {"messages": [{"role": "wizard"}]}}, "sidecar.projection.messages[0]"),
+        ({"projection": {"messages": [], "covered_count": "4"}}, "covered_count"),
+        ({"last_receipt": ["x"]}, "last_receipt"),
+        ({"last_receipt": {"status": "applied", "action": "prune"}}, "operation_id"),
+        ({"telemetry": {"kind": "resume"}}, "telemetry"),
+        ({"telemetry": [{"kind": "resume", "tokens_before": "many"}]}, "telemetry[0]"),
+        ({"schema_version": -1}, "schema_version"),
+        ({"schema_version": "3"}, "schema_version"),
+    ],
+)
+def test_invalid_shapes_raise_sidecar_error_naming_the_key(
+    codec: SidecarV3Codec, patch: dict[str, Any], where: str
+) -> None:
+    data = fixture("v3.json")
+    data.update(patch)
+    with pytest.raises(SidecarError) as info:
+        codec.decode(data)
+    assert not isinstance(info.value, SidecarVersionError)
+    assert where in str(info.value)
+
+
+@pytest.mark.parametrize("document", [[], "text", 3, None])
+def test_non_object_documents_are_invalid(codec: SidecarV3Codec, document: Any) -> None:
+    with pytest.raises(SidecarError, match="JSON object"):
+        codec.decode(document)
+
+
+def test_legacy_receipt_action_is_carried_over_verbatim(codec: SidecarV3Codec) -> None:
+    # A legacy action read from an old file is carried as-is (readable, not rewritten).
+    state = codec.decode(fixture("v2.json"))
+    assert codec.encode(state)["last_receipt"]["action"] == "snip"
+
+
+# -- property: encode/decode round trip --------------------------------------------------------
+
+_text = st.text(max_size=40)
+_messages = st.builds(
+    Message,
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    content=_text,
+    raw_content=st.none() | _text,
+    tool_calls=st.lists(
+        st.builds(ToolCall, id=_text, name=_text, arguments=_text), max_size=2
+    ).map(tuple),
+    tool_call_id=st.none() | _text,
+    origin=st.sampled_from(["user", "host"]),
+    local_only=st.booleans(),
+)
+_states = st.builds(
+    SidecarState,
+    transcript_version=st.integers(0, 2**63),
+    projection=st.none()
+    | st.builds(
+        Projection,
+        messages=st.lists(_messages, max_size=3).map(tuple),
+        covered_count=st.integers(0, 10**6),
+        covered_prefix_hash=_text,
+    ),
+    prompt_cache_key=_text,
+    last_cache_state=st.sampled_from(list(CacheState)),
+    generation=st.integers(0, 2**63),
+    last_receipt=st.none()
+    | st.builds(
+        Receipt,
+        operation_id=_text,
+        status=st.sampled_from(list(ReceiptStatus)),
+        action=st.sampled_from(list(ReceiptAction)),
+        cache_break=st.booleans(),
+        generation=st.integers(0, 100),
+    ),
+    updated_at=_text,
+)
+
+
+@given(_states)
+def test_round_trip_through_json(state: SidecarState) -> None:
+    codec = SidecarV3Codec()
+    raw = dumps_state(codec, state)
+    assert raw.endswith(b"\n")
+    assert codec.decode(json.loads(raw)) == state
+
+
+def test_projection_messages_use_the_transcript_line_form(codec: SidecarV3Codec) -> None:
+    document = codec.encode(codec.decode(fixture("v3.json")))
+    assert document["projection"]["messages"][1] == {
+        "role": "user", "content": SUMMARY, "origin": "host"
+    }
+    assert message_from_dict(document["projection"]["messages"][1]) == BODY[1]
