@@ -217,6 +217,17 @@ def write_doc(report: dict[str, Any], sessions: list[dict[str, Any]]) -> None:
                 lines.append(f"- {s['session']} request {r['request']}: real "
                              f"{r['real_hit']}/{r['real_prompt']}, emulated "
                              f"{r['emu_hit']}/{r['emu_prompt']} (Δ {r['delta']:+.3f})")
+    lines += [
+        "",
+        "Why these differ: a session's first request is billed against prefixes the real "
+        "provider had cached from *other* sessions (the shared system prompt; the reasoner "
+        "session is a rerun of the same task, so nearly its whole first prompt hit); a fresh "
+        "emulator has no such history. Reasoner request 28 was billed as a hit of the whole "
+        "prompt, where the documented rule (previous prompt, whole 64-token units) gives "
+        "16,192 real tokens — most likely an identical request resent by the client, which "
+        "the trajectory does not record. Every other request follows the rule, and so does "
+        "the emulator.",
+    ]
     write_section("## Emulator fidelity", "\n".join(lines) + "\n",
                   REPO / "docs" / "emulator.md")
 

@@ -40,11 +40,11 @@ def test_connection_dropped_mid_stream(chars) -> None:
     with Emulator(counter=chars, faults=[Fault("drop", after_events=1)]) as emu, \
             httpx.Client(base_url=emu.base_url, timeout=10) as client:
         received = []
-        with pytest.raises(httpx.RemoteProtocolError):  # noqa: PT012 - the stream body raises
-            with client.stream("POST", "/chat/completions", json=STREAM) as r:
-                assert r.status_code == 200
-                for line in r.iter_lines():
-                    received.append(line)
+        with pytest.raises(httpx.RemoteProtocolError), \
+                client.stream("POST", "/chat/completions", json=STREAM) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                received.append(line)
         assert any(line.startswith("data: ") for line in received)
         assert not any("[DONE]" in line for line in received)
         assert client.post("/chat/completions", json=BODY).status_code == 200
@@ -81,10 +81,10 @@ def test_stall_server_side_cap_closes(chars) -> None:
     with Emulator(counter=chars, faults=[fault]) as emu, \
             httpx.Client(base_url=emu.base_url, timeout=10) as client:
         started = time.monotonic()
-        with pytest.raises(httpx.RemoteProtocolError):  # noqa: PT012
-            with client.stream("POST", "/chat/completions", json=STREAM) as r:
-                for _ in r.iter_lines():
-                    pass
+        with pytest.raises(httpx.RemoteProtocolError), \
+                client.stream("POST", "/chat/completions", json=STREAM) as r:
+            for _ in r.iter_lines():
+                pass
         assert time.monotonic() - started < 5
         assert emu.requests[0].fault == "stall"
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ctxfold.cli.common import add_config_flag
 from ctxfold.cli.sessions_cmd import add_root_flag
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--system", default=None, metavar="TEXT",
                         help="system prompt for a new session")
     add_root_flag(parser)
+    add_config_flag(parser, "provider.context_window", "--window",
+                    help="context window in tokens (default: [provider] context_window)")
     parser.set_defaults(func=run)
 
 

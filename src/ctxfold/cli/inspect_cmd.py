@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ctxfold.cli.common import add_config_flag
 from ctxfold.cli.sessions_cmd import StoreHandle, add_root_flag, iso_time, require_session
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("session", metavar="SESSION", help="session id")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_root_flag(parser)
+    add_config_flag(parser, "provider.context_window", "--window",
+                    help="context window in tokens (default: [provider] context_window)")
     parser.set_defaults(func=run)
 
 

@@ -24,6 +24,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ctxfold.cli.estimate_cmd",
     "ctxfold.cli.plugins_cmd",
     "ctxfold.cli.tool_result_cmd",
+    "ctxfold.cli.sessions_cmd",
+    "ctxfold.cli.inspect_cmd",
+    "ctxfold.cli.chat_cmd",
+    "ctxfold.cli.e2e_cmd",
 )
 
 

@@ -163,7 +163,8 @@ class BasePolicy:
         self.history.append(message)
 
     def canonical(self) -> tuple[Message, ...] | None:
-        return None
+        """The fed history, which these policies keep and never edit (only their views)."""
+        return tuple(self.history)
 
     def tokens(self, messages: Sequence[Message]) -> int:
         """Admission estimate of ``messages`` with the session's tools."""

@@ -1,0 +1,112 @@
+"""Policy ``opencode-like``: opencode's prune + summary (peers.md §3, V1 ``compaction.ts``).
+
+* Prune (no model call), before every request: walk the tool results since the last summary
+  from the newest backwards; everything beyond the newest ``PRUNE_PROTECT = 40_000`` tokens
+  of tool output is replaced by "[Old tool result content cleared]", but only when more than
+  ``PRUNE_MINIMUM = 20_000`` tokens would be freed. Cleared results stay cleared.
+* Summary at the overflow threshold: usable = window − reserved, reserved =
+  ``COMPACTION_BUFFER = 20_000`` (opencode: min(20 000, model max output)). The summary request
+  is the full visible conversation + the instruction, with the same tools (opencode's docs:
+  sending the full conversation lets the summary reuse the prompt cache). The new history is
+  system + summary + the last real user message replayed (V1 on auto compaction).
+
+Deviations, documented: opencode V1 skips the last two user turns when pruning and prunes
+only after the prompt loop exits; single-task agent sessions have one user turn and never
+exit the loop, so that rule would never fire — here the 40 000-token protection alone guards
+recent work and the check runs before every request. All three constants are scaled by
+``window / 200_000`` below a 200K window (:func:`ctxfold.replay.policy.scaled`).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.kernel.types import Message
+from ctxfold.replay.policy import (
+    BasePolicy,
+    PolicyRequest,
+    PolicySetup,
+    SummaryCall,
+    first_system,
+    is_summary,
+    scaled,
+    setup_of,
+)
+
+PRUNE_PROTECT = 40_000
+PRUNE_MINIMUM = 20_000
+COMPACTION_BUFFER = 20_000
+CLEARED = "[Old tool result content cleared]"
+
+
+class OpencodeLikePolicy(BasePolicy):
+    """Prune old tool outputs, then summarize at the overflow threshold."""
+
+    name = "opencode-like"
+
+    def __init__(self, setup: PolicySetup) -> None:
+        super().__init__(setup)
+        self.body: list[Message] = []
+        self.covered = 0
+        self.pruned: set[int] = set()  # history indices of cleared tool results
+        self.protect = scaled(PRUNE_PROTECT, setup.window)
+        self.minimum = scaled(PRUNE_MINIMUM, setup.window)
+        self.buffer = scaled(COMPACTION_BUFFER, setup.window)
+
+    def view(self) -> list[Message]:
+        tail = [
+            attrs.evolve(m, content=CLEARED, raw_content=None) if i in self.pruned else m
+            for i, m in enumerate(self.history[self.covered:], start=self.covered)
+        ]
+        return self.body + tail
+
+    def prune(self) -> bool:
+        protected = 0
+        candidates: list[tuple[int, int]] = []
+        for i in range(len(self.history) - 1, self.covered - 1, -1):
+            message = self.history[i]
+            if message.role != "tool" or i in self.pruned:
+                continue
+            tokens = self.count(message)
+            if protected < self.protect:
+                protected += tokens
+                continue
+            candidates.append((i, tokens))
+        if sum(t for _i, t in candidates) <= self.minimum:
+            return False
+        self.pruned.update(i for i, _t in candidates)
+        return True
+
+    def request(self) -> PolicyRequest:
+        pruned = self.prune()
+        view = self.view()
+        calls: tuple[SummaryCall, ...] = ()
+        if self.tokens(view) >= self.setup.window - self.buffer:
+            system = first_system(self.history)
+            region = view[1:] if system is not None and view and view[0] is system else view
+            call, summary = self.summarize(self.summary_request(system, region))
+            calls = (call,)
+            last_user = next(
+                (m for m in reversed(view)
+                 if m.role == "user" and m.origin == "user" and not is_summary(m)),
+                None,
+            )
+            self.body = [m for m in (system, summary, last_user) if m is not None]
+            self.covered = len(self.history)
+            view = self.view()
+        return PolicyRequest(messages=tuple(view), summaries=calls,
+                             installed=pruned or bool(calls), prunes=int(pruned))
+
+
+def _factory(context: StrategyContext) -> OpencodeLikePolicy:
+    return OpencodeLikePolicy(setup_of(context))
+
+
+@hookimpl
+def ctxfold_policies() -> list[StrategySpec]:
+    """Register the ``opencode-like`` policy."""
+    return [StrategySpec(kind="policy", name="opencode-like", factory=_factory,
+                         description="opencode: prune tool outputs beyond the newest 40k "
+                                     "tokens, summary at window - 20k")]

@@ -1,0 +1,112 @@
+"""Policy ``openhands-like``: OpenHands' LLMSummarizingCondenser (peers.md §4).
+
+The server default pipeline ends in ``LLMSummarizing(keep_first=4, max_size=120)``
+(``openhands/server/session/session.py``). When the view holds more than ``max_size`` events
+(here: messages), the condenser keeps the first ``keep_first`` events, puts one summary at
+that offset and keeps the newest ``max_size // 2 − keep_first − 1`` events; the forgotten
+middle (each event middle-truncated to ``max_event_length = 10_000`` characters) plus the
+previous summary is summarized. A context-window error also triggers a condensation
+(``CondensationRequestAction``); here: a view at or above ``window − 256``.
+
+The condenser's request is its own prompt (OpenHands forces ``caching_prompt = False`` for
+it): forgotten events + instruction, no system message and no tools, so it does not share
+the conversation's cached prefix. Event counts are not scaled with the window.
+
+Deviation, documented: the kept head is extended over the tool results of its last
+assistant call and the tail never starts on a tool result, so no call or result is orphaned
+(the OpenHands SDK respects such "manipulation indices" too).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.strategies import StrategyContext, StrategySpec, SummaryRequest
+from ctxfold.kernel.summary import summary_instruction, summary_output_cap
+from ctxfold.kernel.types import Message
+from ctxfold.replay.policy import BasePolicy, PolicyRequest, PolicySetup, option, setup_of
+
+KEEP_FIRST = 4
+MAX_SIZE = 120
+MAX_EVENT_LENGTH = 10_000
+
+
+def clip_event(message: Message, limit: int = MAX_EVENT_LENGTH) -> Message:
+    """``message`` with its content middle-truncated to ``limit`` characters."""
+    text = message.content
+    if len(text) <= limit:
+        return message
+    half = limit // 2
+    return attrs.evolve(message, content=text[:half] + "\n... (truncated) ...\n" + text[-half:],
+                        raw_content=None)
+
+
+class OpenHandsLikePolicy(BasePolicy):
+    """Event-count condenser with a rolling summary."""
+
+    name = "openhands-like"
+
+    def __init__(self, setup: PolicySetup, keep_first: int = KEEP_FIRST,
+                 max_size: int = MAX_SIZE) -> None:
+        super().__init__(setup)
+        self.keep_first = keep_first
+        self.max_size = max_size
+        self.body: list[Message] = []
+        self.covered = 0
+
+    def view(self) -> list[Message]:
+        return self.body + self.history[self.covered:]
+
+    def condense(
+        self, view: list[Message]
+    ) -> tuple[list[Message], list[Message], SummaryRequest] | None:
+        """Plan a condensation: (kept head, kept tail, summary request), or ``None``."""
+        head_end = min(self.keep_first, len(view))
+        while head_end < len(view) and view[head_end].role == "tool":
+            head_end += 1  # keep the results of the head's last call with it
+        keep_tail = max(1, self.max_size // 2 - self.keep_first - 1)
+        tail_start = max(head_end, len(view) - keep_tail)
+        while tail_start > head_end and view[tail_start].role == "tool":
+            tail_start -= 1
+        forgotten = view[head_end:tail_start]
+        if not forgotten:
+            return None
+        instruction = Message(role="user", content=summary_instruction(), origin="host")
+        request = SummaryRequest(
+            messages=(*(clip_event(m) for m in forgotten), instruction),
+            tools=(),
+            max_tokens=summary_output_cap(self.setup.window),
+        )
+        return view[:head_end], view[tail_start:], request
+
+    def request(self) -> PolicyRequest:
+        view = self.view()
+        too_many = len(view) > self.max_size
+        too_big = self.tokens(view) >= self.setup.window - 256
+        if not (too_many or too_big):
+            return PolicyRequest(messages=tuple(view))
+        planned = self.condense(view)
+        if planned is None:
+            return PolicyRequest(messages=tuple(view))
+        head, tail, summary_request = planned
+        call, summary = self.summarize(summary_request)
+        self.body = [*head, summary, *tail]
+        self.covered = len(self.history)
+        return PolicyRequest(messages=tuple(self.view()), summaries=(call,), installed=True)
+
+
+def _factory(context: StrategyContext) -> OpenHandsLikePolicy:
+    return OpenHandsLikePolicy(
+        setup_of(context),
+        keep_first=int(option(context, "keep_first", KEEP_FIRST)),
+        max_size=int(option(context, "max_size", MAX_SIZE)),
+    )
+
+
+@hookimpl
+def ctxfold_policies() -> list[StrategySpec]:
+    """Register the ``openhands-like`` policy."""
+    return [StrategySpec(kind="policy", name="openhands-like", factory=_factory,
+                         description="OpenHands LLMSummarizingCondenser: keep_first 4, "
+                                     "max_size 120 events, newest half kept")]
