@@ -62,8 +62,8 @@ def wire_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def replay(path: Path) -> dict[str, Any]:
-    """Replay one session; return per-request rows and the session summary."""
+def replay(path: Path, limit: int | None = None) -> dict[str, Any]:
+    """Replay one session (its first ``limit`` requests); return per-request rows."""
     import httpx
 
     from ctxfold.emulator import Emulator, ReplySpec
@@ -89,6 +89,8 @@ def replay(path: Path) -> dict[str, Any]:
         for i, message in enumerate(messages):
             if message["role"] != "assistant":
                 continue
+            if limit is not None and len(rows) >= limit:
+                break
             body = {"model": model, "messages": [wire_message(m) for m in messages[:i]],
                     "tools": [BASH_TOOL], "stream": False}
             if not reasoner:

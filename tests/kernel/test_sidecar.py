@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -233,7 +234,7 @@ def test_projection_longer_than_the_transcript_is_dropped(
     "change", [{"messages": ()}, {"covered_prefix_hash": ""}, {"covered_count": 0}]
 )
 def test_degenerate_projection_is_dropped(
-    store: FsStore, codec: SidecarCodec, canonical: list[Message], change: dict[str, object]
+    store: FsStore, codec: SidecarCodec, canonical: list[Message], change: dict[str, Any]
 ) -> None:
     base = codec.decode(json.loads((FIXTURES / "v3.json").read_bytes()))
     assert base.projection is not None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError
+from ctxfold.kernel.fold import PROTOCOL_RESERVE
 from ctxfold.kernel.strategies import ChatRequest, ChatResponse, Provider
 from ctxfold.kernel.types import RequestShape, Usage
 
@@ -36,9 +37,15 @@ def complete_with_recovery(
         max_output_tokens=cap,
         effort=cm.config.agent.effort,
         cache_key=cm.state.prompt_cache_key,
+        output_room=_room(cm, prepared.tokens),
     )
     retried = False
+    hooks = cm.committer.hooks
     while True:
+        if hooks is not None:
+            body_of = getattr(provider, "body", None)
+            body = body_of(request) if callable(body_of) else {"messages": request.messages}
+            hooks.ctxfold_before_request(session_id=cm.session_id, request=body)
         try:
             response = provider.complete(request)
             break
@@ -61,10 +68,17 @@ def complete_with_recovery(
                     f"session {cm.session_id!r}: context overflow ({exc}) and the overflow "
                     "checkpoint did not advance the projection; nothing was retried"
                 ) from exc
-            request = attrs.evolve(request, messages=prepared.messages)
+            request = attrs.evolve(
+                request, messages=prepared.messages, output_room=_room(cm, prepared.tokens)
+            )
     cm.append(response.message)
     cm.observe_usage(response.usage)
     return response
+
+
+def _room(cm: ContextManager, prompt_tokens: int) -> int:
+    """Output room the window leaves after the prompt and the protocol reserve (≥ 1)."""
+    return max(1, cm.window - prompt_tokens - PROTOCOL_RESERVE)
 
 
 def _learn(cm: ContextManager, request: ChatRequest, exc: ContextLimitError) -> None:

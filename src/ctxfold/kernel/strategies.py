@@ -157,7 +157,10 @@ class ChatRequest:
 
     ``max_output_tokens`` 0 means provider auto (DeepSeek: field omitted; MiMo/Responses:
     the ladder). ``effort`` is the reasoning depth (``none``/``low``/``medium``/``high``/``max``).
-    ``cache_key`` is the session's ``prompt_cache_key`` (SPEC §3.8).
+    ``cache_key`` is the session's ``prompt_cache_key`` (SPEC §3.8). ``output_room`` is what
+    the shared context window leaves for output after the prompt (0 = unknown): translators
+    clip every output budget to it, and DeepSeek sends ``max_tokens`` only when it is tighter
+    than the server's own cap (origin §3.13).
     """
 
     messages: tuple[Message, ...]
@@ -167,6 +170,7 @@ class ChatRequest:
     effort: str = "high"
     stream: bool = True
     cache_key: str = ""
+    output_room: int = 0
 
 
 @attrs.frozen

@@ -45,14 +45,17 @@ OUTPUT_LADDER = {"plain": 16_384, "reasoning": 32_768, "deep": 65_536}
 
 def ladder_output_tokens(request: ChatRequest) -> int:
     """An explicit ``max_output_tokens`` wins; else 16K plain (effort ``none``), 32K
-    reasoning (low/medium), 64K for high/max effort (SPEC §5)."""
+    reasoning (low/medium), 64K for high/max effort (SPEC §5); clipped to the window's
+    ``output_room`` when known."""
     if request.max_output_tokens > 0:
-        return request.max_output_tokens
-    if request.effort == "none":
-        return OUTPUT_LADDER["plain"]
-    if request.effort in ("high", "max"):
-        return OUTPUT_LADDER["deep"]
-    return OUTPUT_LADDER["reasoning"]
+        value = request.max_output_tokens
+    elif request.effort == "none":
+        value = OUTPUT_LADDER["plain"]
+    elif request.effort in ("high", "max"):
+        value = OUTPUT_LADDER["deep"]
+    else:
+        value = OUTPUT_LADDER["reasoning"]
+    return min(value, request.output_room) if request.output_room > 0 else value
 
 
 class StreamAssembler(Protocol):

@@ -6,7 +6,8 @@ The server default pipeline ends in ``LLMSummarizing(keep_first=4, max_size=120)
 that offset and keeps the newest ``max_size // 2 − keep_first − 1`` events; the forgotten
 middle (each event middle-truncated to ``max_event_length = 10_000`` characters) plus the
 previous summary is summarized. A context-window error also triggers a condensation
-(``CondensationRequestAction``); here: a view at or above ``window − 256``.
+(``CondensationRequestAction``); here: a view at or above ``window − 256``, condensed so the
+newest events within half the window stay (SDK V1's token reason, peers.md §4).
 
 The condenser's request is its own prompt (OpenHands forces ``caching_prompt = False`` for
 it): forgotten events + instruction, no system message and no tools, so it does not share
@@ -59,14 +60,25 @@ class OpenHandsLikePolicy(BasePolicy):
         return self.body + self.history[self.covered:]
 
     def condense(
-        self, view: list[Message]
+        self, view: list[Message], by_tokens: bool
     ) -> tuple[list[Message], list[Message], SummaryRequest] | None:
-        """Plan a condensation: (kept head, kept tail, summary request), or ``None``."""
+        """Plan a condensation: (kept head, kept tail, summary request), or ``None``.
+
+        By event count the tail is the newest ``max_size // 2 − keep_first − 1`` events; on a
+        context-window overflow it is the newest events within half the window (the SDK's
+        token reason "cuts to half of max_tokens").
+        """
         head_end = min(self.keep_first, len(view))
         while head_end < len(view) and view[head_end].role == "tool":
             head_end += 1  # keep the results of the head's last call with it
         keep_tail = max(1, self.max_size // 2 - self.keep_first - 1)
         tail_start = max(head_end, len(view) - keep_tail)
+        if by_tokens:
+            budget = self.setup.window // 2
+            tail_start = len(view)
+            while tail_start - 1 > head_end and budget - self.count(view[tail_start - 1]) >= 0:
+                budget -= self.count(view[tail_start - 1])
+                tail_start -= 1
         while tail_start > head_end and view[tail_start].role == "tool":
             tail_start -= 1
         forgotten = view[head_end:tail_start]
@@ -86,7 +98,7 @@ class OpenHandsLikePolicy(BasePolicy):
         too_big = self.tokens(view) >= self.setup.window - 256
         if not (too_many or too_big):
             return PolicyRequest(messages=tuple(view))
-        planned = self.condense(view)
+        planned = self.condense(view, by_tokens=too_big and not too_many)
         if planned is None:
             return PolicyRequest(messages=tuple(view))
         head, tail, summary_request = planned

@@ -33,14 +33,26 @@ DEFAULTS = ProviderDefaults(
 _EFFORT = {"low": "low", "medium": "high", "high": "high", "max": "max"}
 
 
+#: DeepSeek's own output cap when ``max_tokens`` is omitted (providers.md §1.2).
+DEEPSEEK_SERVER_MAX_OUTPUT = 384_000
+
+
 class DeepSeekTranslator(ChatCompletionsTranslator):
     """Chat completions with DeepSeek's output budget and thinking fields."""
 
     name = "deepseek"
 
     def budget_fields(self, request: ChatRequest) -> dict[str, Any]:
-        """``max_tokens`` only for a positive user cap (0 = server default)."""
-        return {"max_tokens": request.max_output_tokens} if request.max_output_tokens > 0 else {}
+        """``max_tokens`` for a positive user cap (clipped to the window's output room); at 0
+        the field is omitted unless the room left in the window is tighter than the server's
+        own cap, then the clipped value is sent (origin §3.13)."""
+        room = request.output_room
+        if request.max_output_tokens > 0:
+            cap = request.max_output_tokens
+            return {"max_tokens": min(cap, room) if room > 0 else cap}
+        if 0 < room < DEEPSEEK_SERVER_MAX_OUTPUT:
+            return {"max_tokens": room}
+        return {}
 
     def thinking_fields(self, request: ChatRequest) -> dict[str, Any]:
         """``none`` turns thinking off; other efforts pick the reasoning depth."""

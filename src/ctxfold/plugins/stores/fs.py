@@ -450,7 +450,8 @@ class FsStore:
             atomic_write(path, data[: ends[count - 1]] if count else b"", mode=FILE_MODE)
             self._remember(session_id, _key(path.stat()), messages[:count])
             if not self._sidecar_fits(session_id, count):
-                self._discard_locked(session_id, f"rewind to {count} messages")
+                # Expected consequence of the user's rewind, not a repair: log, don't warn.
+                self._discard_locked(session_id, f"rewind to {count} messages", warn=False)
 
     def _sidecar_fits(self, session_id: str, count: int) -> bool:
         raw = self._read_sidecar_file(session_id)
@@ -512,7 +513,7 @@ class FsStore:
         with self._locked(session_id):
             self._discard_locked(session_id, reason)
 
-    def _discard_locked(self, session_id: str, reason: str) -> None:
+    def _discard_locked(self, session_id: str, reason: str, *, warn: bool = True) -> None:
         path = self.sidecar_path(session_id)
         if not os.path.lexists(path):
             return
@@ -524,10 +525,14 @@ class FsStore:
             target = path.with_name(f"{path.name}.invalid-{stamp}-{n}")
         os.replace(path, target)
         fsync_dir(self.root)
-        _warn(
+        message = (
             f"sidecar {path} of session {session_id!r} discarded ({reason}); kept as "
             f"{target.name} for inspection. The context view is rebuilt from the transcript."
         )
+        if warn:
+            _warn(message)
+        else:
+            log.info("%s", message)
 
 
 def _create(context: StrategyContext) -> FsStore:

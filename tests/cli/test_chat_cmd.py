@@ -1,0 +1,152 @@
+"""``ctxfold chat``: scripted turns and /commands against the loopback emulator.
+
+The provider is the ``deepseek`` plugin pointed at an in-test :class:`Emulator` on
+127.0.0.1, so these tests run whatever the default ``[provider] name`` is.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ctxfold.cli.main import main
+
+KEY_ENV = "CTXFOLD_TEST_CHAT_KEY"
+LONG = " ".join(f"word{i}" for i in range(600))  # ≈ 1K heuristic tokens
+
+
+@pytest.fixture
+def emulator() -> Iterator[object]:
+    from ctxfold.emulator import Emulator
+
+    with Emulator("deepseek") as emu:
+        yield emu
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emulator: object) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(KEY_ENV, "sk-test-not-a-real-key")
+    (tmp_path / "ctxfold.toml").write_text(f"""\
+[provider]
+name = "deepseek"
+base_url = "{emulator.base_url}"  # type: ignore[attr-defined]
+api_key_env = "{KEY_ENV}"
+context_window = 4000
+[estimator]
+name = "heuristic"
+[summarizer]
+name = "llm"
+[store]
+path = "sessions"
+""".replace("  # type: ignore[attr-defined]", ""))
+    return tmp_path
+
+
+def chat(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, script: str,
+         *argv: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(script))
+    code = main(["chat", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def transcript(workdir: Path, session: str) -> list[dict[str, object]]:
+    lines = (workdir / "sessions" / f"{session}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_turns_are_appended_and_replied(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch,
+                                        emulator: object) -> None:
+    code, out, err = chat(capsys, monkeypatch, f"{LONG}\nand again {LONG}\n/quit\nignored\n",
+                          "--session", "c1", "--system", "be brief")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "[new session c1; /help for commands]"
+    assert out.count("OK.\n") == 2
+    ratios = re.findall(r"cache hit ([\d.]+)% \((\d+)/(\d+)\)", out)
+    assert len(ratios) == 2
+    for pct, hit, prompt in ratios:
+        assert float(pct) == pytest.approx(round(int(hit) / int(prompt) * 100, 1))
+    assert int(ratios[1][1]) > 0  # the second turn extends the first: a prefix-cache hit
+    assert [m["role"] for m in transcript(workdir, "c1")] == [
+        "system", "user", "assistant", "user", "assistant"]
+    assert len(emulator.requests) == 2  # type: ignore[attr-defined]
+    assert sum(1 for line in out.splitlines() if line.startswith("[prompt")) == 2
+
+
+def test_automatic_checkpoint_is_reported(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    script = "".join(f"turn {i}: {LONG}\n" for i in range(5))
+    code, out, err = chat(capsys, monkeypatch, script, "--session", "c2")
+    assert (code, err) == (0, "")
+    installed = [line for line in out.splitlines() if "checkpoint installed" in line]
+    assert installed and "version 1, summary" in installed[0]
+    assert len(transcript(workdir, "c2")) == 10  # maintenance never edits the transcript
+
+
+def test_commands(workdir: Path, capsys: pytest.CaptureFixture[str],
+                  monkeypatch: pytest.MonkeyPatch) -> None:
+    script = (f"{LONG}\nsecond {LONG}\n/status\n/compact keep the word list\n/status\n"
+              "/rewind 0\n/status\n/help\n/quit\n")
+    code, out, err = chat(capsys, monkeypatch, script, "--session", "c3")
+    assert (code, err) == (0, "")
+    status = [line for line in out.splitlines() if line.startswith("session c3:")]
+    assert len(status) == 3
+    assert "4 messages" in status[0] and "trigger 3200, window 4000" in status[0]
+    assert "projection version 0" in status[0]
+    assert "[compact: checkpoint installed (version 1, 1 summary calls)" in out
+    assert "projection version 1" in status[1]
+    assert "[rewound to 0 messages (dropped 4)]" in out
+    # The checkpoint covered messages that are gone, so it no longer applies.
+    assert "0 messages" in status[2] and "projection version 0" in status[2]
+    assert "/compact [FOCUS]" in out
+    assert transcript(workdir, "c3") == []
+
+
+def test_errors_keep_going_and_exit_1(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, err = chat(capsys, monkeypatch, "/bogus\n/rewind x\n/rewind 99\nhello\n",
+                          "--session", "c4")
+    assert code == 1
+    assert "unknown command '/bogus'" in err and "got 'x'" in err and "upto=99" in err
+    assert "OK." in out  # the turn after the errors still ran
+
+
+def test_resume_existing_session(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    assert chat(capsys, monkeypatch, "first\n", "--session", "c5")[0] == 0
+    code, out, _ = chat(capsys, monkeypatch, "second\n", "--session", "c5")
+    assert code == 0 and out.startswith("[session c5: 2 messages, cache warm]")
+    assert [m["content"] for m in transcript(workdir, "c5")] == [
+        "first", "OK.", "second", "OK."]
+
+
+def test_hostile_session_id(workdir: Path, capsys: pytest.CaptureFixture[str],
+                            monkeypatch: pytest.MonkeyPatch, emulator: object) -> None:
+    code, _, err = chat(capsys, monkeypatch, "hi\n", "--session", "../evil")
+    assert code == 1 and "session" in err
+    assert not (workdir / "evil.jsonl").exists() and emulator.requests == []  # type: ignore
+
+
+def test_subprocess_with_piped_input(workdir: Path) -> None:
+    env = {**os.environ, "CTXFOLD_CONFIG_HOME": str(workdir / "home"),
+           KEY_ENV: "sk-test-not-a-real-key"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ctxfold.cli.main", "chat", "--session", "p1"],
+        input="hello\n/status\n/quit\n", capture_output=True, text=True, cwd=workdir,
+        env=env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "OK." in proc.stdout and "session p1: 2 messages" in proc.stdout
+    assert "> " not in proc.stdout  # no prompt when stdin is not a terminal
+    assert "sk-test" not in proc.stdout + proc.stderr

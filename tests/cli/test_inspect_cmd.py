@@ -1,0 +1,141 @@
+"""``ctxfold inspect``: reports projection, receipt, cache, telemetry — and changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ctxfold.cli.main import main
+from ctxfold.kernel.types import Message
+
+CONFIG = """\
+[provider]
+context_window = 4000
+[estimator]
+name = "heuristic"
+[summarizer]
+name = "extractive"
+[store]
+path = "sessions"
+"""
+TELEMETRY_KEYS = {"kind", "trigger", "action", "tokens_before", "tokens_after", "saved_tokens",
+                  "summary_calls", "cache_state", "cache_hit_tokens", "cache_miss_tokens",
+                  "projection_version", "detail", "created_at"}
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Session ``s`` with one manual checkpoint installed (projection v1, receipt, telemetry)."""
+    from ctxfold.config.load import load_config
+    from ctxfold.kernel.engine import ContextManager
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
+    (tmp_path / "ctxfold.toml").write_text(CONFIG)
+    config = load_config(cwd=tmp_path).config
+    cm = ContextManager.open("s", config=config)
+    cm.append(Message(role="system", content="be brief"),
+              Message(role="user", content="the task: " + "alpha " * 200))
+    for i in range(6):
+        cm.append(Message(role="assistant", content=f"step {i} " + "beta " * 150),
+                  Message(role="user", content=f"next {i} " + "gamma " * 150))
+    cm.resume()
+    cm.compact()
+    assert cm.state.projection is not None
+    return tmp_path / "sessions"
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_mode)
+            for p in sorted(root.iterdir())}
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_report(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "inspect", "s", "--json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert set(report) == {"session", "root", "messages", "projection", "view", "receipt",
+                           "cache", "telemetry", "sidecar", "notices"}
+    assert report["session"] == "s" and report["messages"] == 14
+    p = report["projection"]
+    assert p["version"] == 1 and 0 < p["covered_count"] <= 14 and p["body_messages"] >= 2
+    assert p["tokens"] < p["source_tokens"]
+    v = report["view"]
+    assert (v["window"], v["trigger"], v["hard_ceiling"]) == (4000, 3200, 3744)
+    assert v["messages"] == p["body_messages"] + 14 - p["covered_count"]
+    assert v["tokens"] > 0 and v["above_trigger"] is (v["tokens"] >= v["trigger"])
+    assert v["trigger_used"] == round(v["tokens"] / 3200, 4)
+    r = report["receipt"]
+    assert (r["status"], r["action"], r["trigger"], r["projection_version"]) == (
+        "applied", "summary", "manual", 1)
+    assert r["saved_tokens"] == r["input_tokens"] - r["result_tokens"] > 0
+    assert report["cache"]["state"] == "warm" and report["cache"]["state_now"] == "warm"
+    assert report["cache"]["ttl_minutes"] == 1440
+    kinds = [t["kind"] for t in report["telemetry"]]
+    assert kinds == ["resume", "install"]
+    assert all(set(t) == TELEMETRY_KEYS for t in report["telemetry"])
+    install = report["telemetry"][1]
+    assert (install["action"], install["summary_calls"], install["projection_version"]) == (
+        "summary", 1, 1)
+    assert report["sidecar"]["present"] and report["sidecar"]["error"] == ""
+    assert report["notices"] == []
+
+
+def test_text_report(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "inspect", "s", "--window", "8000")
+    assert code == 0
+    assert "projection: version 1" in out
+    assert "trigger 6400" in out and "window 8000" in out
+    assert "last receipt: applied summary (manual) version 1" in out
+    assert "telemetry: 2 records" in out and "install  manual" in out
+
+
+def test_inspect_is_read_only(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(root)
+    for argv in (["inspect", "s"], ["inspect", "s", "--json"], ["inspect", "s", "--root",
+                                                                  str(root)]):
+        assert run(capsys, *argv)[0] == 0
+    assert snapshot(root) == before
+
+
+def test_read_only_even_when_damaged(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A torn tail and an invalid sidecar are reported, not repaired or discarded."""
+    with open(root / "s.jsonl", "ab") as f:
+        f.write(b'{"role":"user","conte')
+    (root / "s.context.json").write_text("{not json")
+    os.utime(root / "s.jsonl", ns=(1_000_000_000, 1_000_000_000))
+    before = snapshot(root)
+    code, out, _ = run(capsys, "inspect", "s", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["messages"] == 14 and report["projection"] is None
+    assert report["sidecar"]["present"] and "invalid" in report["sidecar"]["error"]
+    assert any("unfinished last line" in n for n in report["notices"])
+    assert report["cache"]["state_now"] == "cold"  # last activity in 2001
+    assert snapshot(root) == before
+
+
+def test_without_sidecar(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (root / "s.context.json").unlink()
+    code, out, _ = run(capsys, "inspect", "s", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["projection"] is None and report["receipt"] is None
+    assert report["telemetry"] == [] and report["sidecar"]["present"] is False
+    assert report["view"]["messages"] == 14
+    assert not (root / "s.context.json").exists()
+
+
+@pytest.mark.parametrize("session", ["nope", "../s", "a/b"])
+def test_unknown_or_hostile(root: Path, capsys: pytest.CaptureFixture[str], session: str
+                            ) -> None:
+    code, out, err = run(capsys, "inspect", session)
+    assert code == 1 and out == "" and err.startswith("ctxfold: error: ")

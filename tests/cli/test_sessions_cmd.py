@@ -1,0 +1,185 @@
+"""``ctxfold sessions list|show|fork|rewind|delete`` (explicit user operations, SPEC §1.1)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxfold.cli.main import main
+from ctxfold.kernel.tool_results import make_tool_result
+from ctxfold.kernel.types import Message, ToolCall
+
+BIG = "line of output\n" * 4000  # ~60 KB: bounded to 32 KiB at creation
+
+
+class Tty(io.StringIO):
+    """A stdin that claims to be a terminal and answers with its text."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class Pipe(io.StringIO):
+    def isatty(self) -> bool:
+        return False
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from ctxfold.plugins.stores.fs import FsStore
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(sys, "stdin", Pipe(""))
+    directory = tmp_path / "sessions"
+    store = FsStore(directory)
+    store.create("s1")
+    store.append("s1", [
+        Message(role="user", content="read the log"),
+        Message(role="assistant", tool_calls=(ToolCall(id="c1", name="cat", arguments="{}"),)),
+        make_tool_result("c1", BIG, tool_name="cat"),
+        Message(role="assistant", content="done"),
+    ])
+    store.create("s2")
+    store.append("s2", [Message(role="user", content="hi")])
+    return directory
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def files_of(root: Path, session: str) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name.lstrip(".").startswith(session))
+
+
+def test_list_json_and_text(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "sessions", "list", "--root", str(root), "--json")
+    assert (code, err) == (0, "")
+    rows = json.loads(out)
+    assert [(r["id"], r["messages"], r["projection_version"]) for r in rows] == [
+        ("s1", 4, 0), ("s2", 1, 0)]
+    assert all(r["last_activity"].endswith("Z") for r in rows)
+    code, out, _ = run(capsys, "sessions", "list", "--root", str(root))
+    assert code == 0
+    assert out.splitlines()[0].split() == ["ID", "MESSAGES", "LAST", "ACTIVITY", "VERSION"]
+    assert out.splitlines()[1].split()[:2] == ["s1", "4"]
+
+
+def test_list_reads_projection_version(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (root / "s2.context.json").write_text(json.dumps(
+        {"schema_version": 3, "projection": {"projection_version": 7}}))
+    _, out, _ = run(capsys, "sessions", "list", "--root", str(root), "--json")
+    assert {r["id"]: r["projection_version"] for r in json.loads(out)} == {"s1": 0, "s2": 7}
+
+
+def test_list_empty_root(tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sessions", "list", "--root", str(tmp_path / "none"))
+    assert code == 0 and "no sessions" in out
+    assert not (tmp_path / "none").exists()
+
+
+def test_show_bounded_and_raw(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sessions", "show", "s1", "--root", str(root), "--json")
+    assert code == 0
+    messages = json.loads(out)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert "raw_content" not in messages[2]
+    assert len(messages[2]["content"].encode()) <= 32768
+    _, out, _ = run(capsys, "sessions", "show", "s1", "--root", str(root), "--json", "--raw")
+    assert json.loads(out)[2]["raw_content"] == BIG
+    _, text, _ = run(capsys, "sessions", "show", "s1", "--root", str(root))
+    assert "[2] tool (cat c1) {bounded}" in text and "-> cat({}) id=c1" in text
+    assert text.count("line of output") < BIG.count("line of output")
+    _, raw_text, _ = run(capsys, "sessions", "show", "s1", "--root", str(root), "--raw")
+    assert raw_text.count("line of output") == BIG.count("line of output")
+
+
+def test_fork_prefix(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "sessions", "fork", "s1", "s3", "--at", "2", "--root", str(root))
+    assert (code, err) == (0, "")
+    assert "s1 -> s3 (2 messages)" in out
+    src = (root / "s1.jsonl").read_bytes().splitlines(keepends=True)
+    assert (root / "s3.jsonl").read_bytes() == b"".join(src[:2])
+    code, _, err = run(capsys, "sessions", "fork", "s1", "s2", "--root", str(root))
+    assert code == 1 and "'s2' already exists" in err
+    code, _, err = run(capsys, "sessions", "fork", "s1", "s4", "--at", "9", "--root", str(root))
+    assert code == 1 and "upto=9" in err and not (root / "s4.jsonl").exists()
+
+
+def test_rewind_with_yes(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sessions", "rewind", "s1", "1", "--yes", "--root", str(root))
+    assert code == 0 and "dropped 3" in out
+    _, out, _ = run(capsys, "sessions", "show", "s1", "--root", str(root), "--json")
+    assert [m["content"] for m in json.loads(out)] == ["read the log"]
+
+
+def test_rewind_refuses_without_terminal(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = (root / "s1.jsonl").read_bytes()
+    code, _, err = run(capsys, "sessions", "rewind", "s1", "1", "--root", str(root))
+    assert code == 1 and "not a terminal" in err and "--yes" in err
+    assert (root / "s1.jsonl").read_bytes() == before
+
+
+def test_rewind_asks_on_terminal(root: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    before = (root / "s1.jsonl").read_bytes()
+    monkeypatch.setattr(sys, "stdin", Tty("n\n"))
+    code, out, err = run(capsys, "sessions", "rewind", "s1", "2", "--root", str(root))
+    assert code == 1 and "not confirmed" in err and "[y/N]" in out
+    assert (root / "s1.jsonl").read_bytes() == before
+    monkeypatch.setattr(sys, "stdin", Tty("y\n"))
+    code, _, _ = run(capsys, "sessions", "rewind", "s1", "2", "--root", str(root))
+    assert code == 0
+    assert len((root / "s1.jsonl").read_bytes().splitlines()) == 2
+
+
+def test_rewind_out_of_range(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "sessions", "rewind", "s1", "5", "--yes", "--root", str(root))
+    assert code == 1 and "has 4 messages" in err
+
+
+def test_delete_removes_every_file(root: Path, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (root / "s1.context.json").write_text("{}")
+    (root / "s1.jsonl.corrupt").write_text("torn\n")
+    code, _, err = run(capsys, "sessions", "delete", "s1", "--root", str(root))
+    assert code == 1 and "not a terminal" in err and (root / "s1.jsonl").exists()
+    monkeypatch.setattr(sys, "stdin", Tty("yes\n"))
+    code, out, _ = run(capsys, "sessions", "delete", "s1", "--root", str(root))
+    assert code == 0 and "deleted s1" in out
+    assert files_of(root, "s1") == []
+    assert "s2.jsonl" in files_of(root, "s2")
+
+
+def test_delete_with_yes(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = run(capsys, "sessions", "delete", "s2", "--yes", "--root", str(root))
+    assert code == 0 and files_of(root, "s2") == []
+
+
+@pytest.mark.parametrize("command", [
+    ["show", "nope"], ["fork", "nope", "x"], ["rewind", "nope", "0", "--yes"],
+    ["delete", "nope", "--yes"]])
+def test_unknown_session(root: Path, capsys: pytest.CaptureFixture[str],
+                         command: list[str]) -> None:
+    code, out, err = run(capsys, "sessions", *command, "--root", str(root))
+    assert code == 1 and out == ""
+    assert "'nope' not found" in err and "sessions list" in err
+
+
+@pytest.mark.parametrize("bad", ["../s1", "a/b", ".hidden", "x\ny", "", "a" * 200])
+def test_hostile_ids(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                     bad: str) -> None:
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for command in (["show", bad], ["fork", "s1", bad], ["delete", bad, "--yes"],
+                    ["rewind", bad, "0", "--yes"]):
+        code, _, err = run(capsys, "sessions", *command, "--root", str(root))
+        assert code == 1, command
+        assert err.startswith("ctxfold: error: ") and "session" in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
