@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ LONG = " ".join(f"word{i}" for i in range(600))  # ≈ 1K heuristic tokens
 
 
 @pytest.fixture
-def emulator() -> Iterator[object]:
+def emulator() -> Iterator[Any]:
     from ctxfold.emulator import Emulator
 
     with Emulator("deepseek") as emu:
@@ -32,14 +33,14 @@ def emulator() -> Iterator[object]:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emulator: object) -> Path:
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emulator: Any) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
     monkeypatch.setenv(KEY_ENV, "sk-test-not-a-real-key")
     (tmp_path / "ctxfold.toml").write_text(f"""\
 [provider]
 name = "deepseek"
-base_url = "{emulator.base_url}"  # type: ignore[attr-defined]
+base_url = "{emulator.base_url}"
 api_key_env = "{KEY_ENV}"
 context_window = 4000
 [estimator]
@@ -48,7 +49,7 @@ name = "heuristic"
 name = "llm"
 [store]
 path = "sessions"
-""".replace("  # type: ignore[attr-defined]", ""))
+""")
     return tmp_path
 
 
@@ -67,7 +68,7 @@ def transcript(workdir: Path, session: str) -> list[dict[str, object]]:
 
 def test_turns_are_appended_and_replied(workdir: Path, capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch,
-                                        emulator: object) -> None:
+                                        emulator: Any) -> None:
     code, out, err = chat(capsys, monkeypatch, f"{LONG}\nand again {LONG}\n/quit\nignored\n",
                           "--session", "c1", "--system", "be brief")
     assert (code, err) == (0, "")
@@ -80,7 +81,7 @@ def test_turns_are_appended_and_replied(workdir: Path, capsys: pytest.CaptureFix
     assert int(ratios[1][1]) > 0  # the second turn extends the first: a prefix-cache hit
     assert [m["role"] for m in transcript(workdir, "c1")] == [
         "system", "user", "assistant", "user", "assistant"]
-    assert len(emulator.requests) == 2  # type: ignore[attr-defined]
+    assert len(emulator.requests) == 2
     assert sum(1 for line in out.splitlines() if line.startswith("[prompt")) == 2
 
 
@@ -132,10 +133,10 @@ def test_resume_existing_session(workdir: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_hostile_session_id(workdir: Path, capsys: pytest.CaptureFixture[str],
-                            monkeypatch: pytest.MonkeyPatch, emulator: object) -> None:
+                            monkeypatch: pytest.MonkeyPatch, emulator: Any) -> None:
     code, _, err = chat(capsys, monkeypatch, "hi\n", "--session", "../evil")
     assert code == 1 and "session" in err
-    assert not (workdir / "evil.jsonl").exists() and emulator.requests == []  # type: ignore
+    assert not (workdir / "evil.jsonl").exists() and emulator.requests == []
 
 
 def test_subprocess_with_piped_input(workdir: Path) -> None:

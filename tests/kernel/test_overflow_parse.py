@@ -111,3 +111,16 @@ def test_template_round_trip(window, prompt, completion):
             window, prompt, completion)
     else:
         assert exc is None
+
+
+def test_emulator_mimo_body_parses_generically() -> None:
+    from ctxfold.kernel.overflow import parse_context_limit
+
+    body = (
+        '{"code":"400","message":"Param Incorrect: the input (1518 tokens) plus '
+        "max_completion_tokens (18794) exceeds the model's context length (20000 tokens)\","
+        '"param":"max_completion_tokens","type":""}'
+    )
+    err = parse_context_limit(400, body)
+    assert err is not None
+    assert (err.window, err.prompt, err.completion) == (20000, 1518, 18794)

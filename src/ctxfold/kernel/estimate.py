@@ -41,6 +41,8 @@ COLD_CJK_TOKENS_PER_CHAR = 1.0
 SANITY_MIN_TOKENS_PER_CHAR = 0.05
 SANITY_MAX_TOKENS_PER_CHAR = 2.0
 DEFAULT_CACHE_SIZE = 100_000
+#: Smallest provider prompt that may calibrate (template overheads dominate below it).
+MIN_CALIBRATION_TOKENS = 256
 
 # Han (incl. extensions and compatibility ideographs), CJK punctuation, Hiragana, Katakana,
 # Hangul (syllables and jamo) and the halfwidth/fullwidth forms block.
@@ -284,8 +286,10 @@ class IncrementalEstimator:
         Ignored: ``estimated`` or ``aggregated`` usage, non-positive prompt tokens, an empty
         shape, and a prompt-tokens-per-character ratio outside 0.05–2 (SPEC §2), which means
         the usage does not belong to this request. Only the latest accepted sample counts.
+        Requests under ``MIN_CALIBRATION_TOKENS`` are ignored too: on a 13-token request the
+        fixed template overheads dominate and the ratio would mis-scale every later request.
         """
-        if usage.estimated or usage.aggregated or usage.prompt_tokens <= 0:
+        if usage.estimated or usage.aggregated or usage.prompt_tokens < MIN_CALIBRATION_TOKENS:
             return False
         stats = self.shape_stats(shape)
         if stats.chars <= 0 or stats.tokens <= 0:

@@ -44,6 +44,13 @@ _MAX_CONTEXT_RESULTED = re.compile(
 )
 _MAX_CONTEXT_ONLY = re.compile(rf"maximum context length is {_N} tokens?", re.IGNORECASE)
 _PROMPT_TOO_LONG = re.compile(rf"prompt is too long:\s*{_N} tokens?\s*>\s*{_N}", re.IGNORECASE)
+# MiMo publishes no overflow body; this is the shape ctxfold's emulator sends for it
+# (docs/emulator.md), so the generic parse path is exercised end to end.
+_INPUT_PLUS_MAX = re.compile(
+    rf"input \({_N} tokens?\) plus max_(?:completion_)?tokens \({_N}\) exceeds the model's "
+    rf"context length \({_N} tokens?\)",
+    re.IGNORECASE,
+)
 _INPUT_AND_MAX = re.compile(
     rf"input length and `?max_tokens`? exceed context limit:\s*{_N}\s*\+\s*{_N}\s*>\s*{_N}",
     re.IGNORECASE,
@@ -94,6 +101,8 @@ def _from_text(text: str) -> tuple[int, int, int, int, bool]:
     if m := _PROMPT_TOO_LONG.search(text):
         return _int(m.group(2)), 0, _int(m.group(1)), 0, True
     if m := _INPUT_AND_MAX.search(text):
+        return _int(m.group(3)), 0, _int(m.group(1)), _int(m.group(2)), True
+    if m := _INPUT_PLUS_MAX.search(text):
         return _int(m.group(3)), 0, _int(m.group(1)), _int(m.group(2)), True
     if m := _MAX_CONTEXT_ONLY.search(text):
         return _int(m.group(1)), 0, 0, 0, True

@@ -90,14 +90,15 @@ def _test_log(rng: random.Random, failing: bool) -> str:
         lines.append(f"tests/test_{module}.py::test_{rng.choice(_WORDS)}_{i} {status} "
                      f"[{100 * (i + 1) // count:3d}%]")
     if failing:
-        lines += ["", "=================================== FAILURES ===================================",
-                  "______________________________ test_eviction_drop ______________________________",
+        lines += ["", "=" * 35 + " FAILURES " + "=" * 35,
+                  "_" * 30 + " test_eviction_drop " + "_" * 30,
                   "    def test_eviction_drop(scheduler):",
                   ">       assert scheduler.pending() == 3",
                   "E       AssertionError: assert 2 == 3",
                   "src/taskq/scheduler.py:214: AssertionError"]
-    lines.append(f"======================= {count - int(failing)} passed"
-                 f"{', 1 failed' if failing else ''} in {rng.uniform(2, 40):.2f}s =======================")
+    bar = "=" * 23
+    lines.append(f"{bar} {count - int(failing)} passed"
+                 f"{', 1 failed' if failing else ''} in {rng.uniform(2, 40):.2f}s {bar}")
     return "\n".join(lines)
 
 
