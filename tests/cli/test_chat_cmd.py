@@ -151,3 +151,21 @@ def test_subprocess_with_piped_input(workdir: Path) -> None:
     assert "OK." in proc.stdout and "session p1: 2 messages" in proc.stdout
     assert "> " not in proc.stdout  # no prompt when stdin is not a terminal
     assert "sk-test" not in proc.stdout + proc.stderr
+
+
+def test_default_provider_is_the_in_process_emulator(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No [provider] section at all: the built-in ``emulator`` provider answers."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
+    for name in list(os.environ):
+        if name.startswith("CTXFOLD_PROVIDER_"):
+            monkeypatch.delenv(name)
+    code, out, err = chat(capsys, monkeypatch, f"{LONG}\nagain {LONG}\n/status\n",
+                          "--session", "d1", "--root", str(tmp_path / "s"))
+    assert (code, err) == (0, ""), err
+    assert out.count("OK.\n") == 2 and "window 1048576" in out
+    hits = re.findall(r"cache hit [\d.]+% \((\d+)/(\d+)\)", out)
+    assert len(hits) == 2 and int(hits[1][0]) > 0
+    assert len((tmp_path / "s" / "d1.jsonl").read_text().splitlines()) == 4

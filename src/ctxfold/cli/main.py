@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ctxfold.cli.inspect_cmd",
     "ctxfold.cli.chat_cmd",
     "ctxfold.cli.e2e_cmd",
+    "ctxfold.cli.replay_cmd",
 )
 
 

@@ -118,7 +118,7 @@ def confirm(question: str, *, yes: bool, action: str) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     handle = open_store(args)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for session_id in handle.store.list_sessions():
         rows.append({
             "id": session_id,

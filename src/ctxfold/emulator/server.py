@@ -55,6 +55,17 @@ class RequestRecord:
     fault: str | None = None
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up (retries, cancelled streams, closed pools) is normal here."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class Emulator:
     """A provider emulator serving on ``127.0.0.1`` (never any other interface).
 
@@ -100,7 +111,7 @@ class Emulator:
         if self._server is not None:
             return self.base_url
         handler = type("BoundHandler", (Handler,), {"emulator": self})
-        server = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
+        server = _QuietServer(("127.0.0.1", self._port), handler)
         server.daemon_threads = True
         server.block_on_close = False  # stalled streams must not block stop()
         self._server = server

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
+
 from ctxfold.kernel import fold as folding
 from ctxfold.kernel.commit import StaleContextError, blocked_receipt
 from ctxfold.kernel.errors import CompactionRequiredError, CtxfoldError, SummaryFailedError
@@ -163,10 +165,15 @@ class _Run:
         system = self.view[0] if self.view and self.view[0].role == "system" else None
         limit = window - summary_output_cap(window) - folding.PROTOCOL_RESERVE
 
+        # The request replays the view from its start (pinned head included) so that it is
+        # a byte-prefix of the requests already sent and hits the provider's cache.
+        start = 1 if system is not None else 0
+
         def request_for(end: int) -> SummaryRequest:
-            return build_summary_request(
-                system, self.view[plan.head : end], cm.tools, window=window, focus=self.focus
+            request = build_summary_request(
+                system, self.view[start:end], cm.tools, window=window, focus=self.focus
             )
+            return attrs.evolve(request, cache_key=cm.state.prompt_cache_key)
 
         def fits(end: int) -> bool:
             req = request_for(end)

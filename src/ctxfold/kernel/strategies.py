@@ -99,6 +99,8 @@ class SummaryRequest:
     tools: tuple[ToolSchema, ...]
     max_tokens: int
     focus: str | None = None
+    #: The session's ``prompt_cache_key``, so the summary shares the normal requests' cache.
+    cache_key: str = ""
 
 
 @attrs.frozen

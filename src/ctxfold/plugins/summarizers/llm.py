@@ -42,6 +42,7 @@ class LLMSummarizer:
             max_output_tokens=request.max_tokens,
             effort="none",
             stream=True,
+            cache_key=request.cache_key,
         )
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
