@@ -23,19 +23,25 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine_line, write_section  # noqa: E402
+from _report import machine_line, write_section
 
-from ctxfold.config.schema import Config, EstimatorConfig, ProviderConfig, StoreConfig  # noqa: E402
-from ctxfold.config.schema import SummarizerConfig  # noqa: E402
-from ctxfold.kernel.engine import ContextManager  # noqa: E402
-from ctxfold.kernel.types import Message, RequestShape, ToolCall  # noqa: E402
+from ctxfold.config.schema import (
+    Config,
+    EstimatorConfig,
+    ProviderConfig,
+    StoreConfig,
+    SummarizerConfig,
+)
+from ctxfold.kernel.engine import ContextManager
+from ctxfold.kernel.types import Message, RequestShape, ToolCall
 
 SECTION = "## prepare() overhead"
 TARGETS = {"heuristic": 2.0, "deepseek": 5.0}
 WORDS = (
-    "def class return import self value error path file test assert None True False "
-    "for in if else while try except raise with open read write json dict list str int"
-).split()
+    "def", "class", "return", "import", "self", "value", "error", "path", "file", "test",
+    "assert", "None", "True", "False", "for", "in", "if", "else", "while", "try", "except",
+    "raise", "with", "open", "read", "write", "json", "dict", "list", "str", "int",
+)
 
 
 def tool_output(rng: random.Random, i: int) -> str:

@@ -9,9 +9,17 @@ from typing import Any
 import attrs
 import pytest
 
-from ctxfold.config.schema import AgentConfig, Config, EstimatorConfig, ProviderConfig
-from ctxfold.config.schema import StoreConfig, SummarizerConfig
+from ctxfold.config.schema import (
+    AgentConfig,
+    Config,
+    EstimatorConfig,
+    ProviderConfig,
+    StoreConfig,
+    SummarizerConfig,
+)
 from ctxfold.kernel.strategies import SummaryRequest, SummaryResult
+
+pytest_plugins = ["ctxfold.testing"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = REPO_ROOT.parent / "shared" / "data" / "transcripts"
@@ -37,7 +45,9 @@ class RecordingSummarizer:
         return SummaryResult(text=f"## Goal\n- summary #{len(self.requests)}")
 
 
-def make_config(tmp_path: Path, *, window: int = 30_000, ratio: float = 0.5, **agent: Any) -> Config:
+def make_config(
+    tmp_path: Path, *, window: int = 30_000, ratio: float = 0.5, **agent: Any
+) -> Config:
     return Config(
         agent=AgentConfig(compact_ratio=ratio, **agent),
         provider=ProviderConfig(context_window=window),

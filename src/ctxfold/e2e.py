@@ -17,9 +17,10 @@ tokens, so the seed ≈ 330K < trigger and the continue ≈ 495K ≥ trigger). E
 
 Live (``DEEPSEEK_API_KEY`` set, no ``--offline``): provider ``deepseek``, model
 ``deepseek-flash``. Offline: provider ``emulator`` with profile ``deepseek`` — the same
-``deepseek`` wire code against the loopback emulator started in-process (window 500,000). Spend is priced with DeepSeek flash *peak* prices
-(providers.md §1.6: $0.006 hit / $0.30 miss / $1.20 output per 1M tokens) and capped hard:
-a request whose worst case would pass ``max_usd`` is never sent.
+``deepseek`` wire code against the loopback emulator started in-process (window 500,000).
+Spend is priced with DeepSeek flash *peak* prices (providers.md §1.6: $0.006 hit /
+$0.30 miss / $1.20 output per 1M tokens) and capped hard: a request whose worst case would
+pass ``max_usd`` is never sent.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class CostMeter:
         self.max_usd = max_usd
         self.spent = spent
         self.requests = 0
+        # The engine turns a summarizer error into a failed receipt; keep the refusal so the
+        # step can report the cap instead of a confusing follow-on assertion.
+        self.refused: E2EError | None = None
         self.estimate: Callable[[ChatRequest], int] | None = None
         self.name = inner.name
         self.context_window = inner.context_window
@@ -120,11 +124,12 @@ class CostMeter:
         output = request.max_output_tokens or SERVER_DEFAULT_OUTPUT
         worst = (prompt * PRICE_MISS + output * PRICE_OUTPUT) / 1e6
         if self.spent + worst > self.max_usd:
-            raise E2EError(
+            self.refused = E2EError(
                 f"e2e: cost cap: request {self.requests + 1} (~{prompt} prompt tokens) could "
                 f"cost up to ${worst:.4f}; spent ${self.spent:.4f} of --max-usd "
                 f"{self.max_usd:.2f}; not sent. Raise --max-usd to allow it."
             )
+            raise self.refused
         self.requests += 1
         response = self.inner.complete(request)
         self.spent += cost(response.usage)
@@ -320,6 +325,8 @@ class Smoke:
                   f"view {pressure} tokens >= trigger {cm.trigger_tokens} after "
                   f"{CONTINUE_GROUPS} more groups")
             prepared = cm.prepare()
+            if meter.refused is not None:
+                raise meter.refused
             summaries = cm.summary_calls
             check(summaries <= 1, step, f"at most 1 summary call (got {summaries})")
             check(self._version(cm) == before + 1, step,

@@ -13,7 +13,7 @@ import pytest
 from ctxfold.cli import common, estimate_cmd
 from ctxfold.cli.main import COMMAND_MODULES
 from ctxfold.config.schema import Config
-from ctxfold.kernel.errors import StoreError
+from ctxfold.kernel.errors import ImporterError
 from ctxfold.kernel.registry import Registry, make_plugin_manager
 
 MESSAGES: list[dict[str, Any]] = [
@@ -118,8 +118,12 @@ def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     [
         ("bad.json", '[{"role": "user", "content": "a"},\n  {"role": ', "line 2"),
         ("bad.jsonl", '{"role": "user", "content": "a"}\n{"role": oops}\n', "line 2"),
-        ("role.json", '[{"role": "user"}, {"role": "wizard", "content": "x"}]', "message 1"),
-        ("scalar.json", "42", "expected a JSON list"),
+        (
+            "role.json",
+            '[{"role": "user"}, {"role": "wizard", "content": "x"}]',
+            "[1]: unknown role",
+        ),
+        ("scalar.json", "42", "unknown transcript format"),
     ],
 )
 def test_malformed_files_name_file_and_position(
@@ -127,7 +131,7 @@ def test_malformed_files_name_file_and_position(
 ) -> None:
     path = tmp_path / name
     path.write_text(body, encoding="utf-8")
-    with pytest.raises(StoreError) as info:
+    with pytest.raises(ImporterError) as info:
         run(["estimate", str(path), "--estimator", "heuristic"], capsys)
     assert str(path) in str(info.value)
     assert where in str(info.value)
@@ -139,4 +143,13 @@ def test_read_session_file_is_the_reading_seam(tmp_path: Path) -> None:
     messages = estimate_cmd.read_session_file(path)
     assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert messages[2].tool_calls[0].name == "bash"
-    assert estimate_cmd.read_session_tools(path) == []
+
+
+def test_other_importer_formats_are_read(capsys: pytest.CaptureFixture[str]) -> None:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
+    files = sorted(p for p in fixture.iterdir() if p.is_file() and "malformed" not in p.name
+                   and "bad" not in p.name)
+    assert files, "importer fixtures exist"
+    out = json.loads(run(["estimate", str(files[0]), "--estimator", "heuristic", "--json"],
+                         capsys))
+    assert out["sessions"][0]["tokens"] > 0

@@ -5,9 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import attrs
+import pytest
 
 from ctxfold.config.load import load_config
 from ctxfold.kernel.engine import ContextManager

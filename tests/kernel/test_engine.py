@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.conftest import RecordingSummarizer
 
 from ctxfold.kernel.convert import message_to_openai
 from ctxfold.kernel.engine import ContextManager
 from ctxfold.kernel.errors import CompactionRequiredError, ProviderError, StoreError
 from ctxfold.kernel.strategies import SummaryResult
 from ctxfold.kernel.types import CacheState, Message, ReceiptAction, ReceiptStatus, ToolCall
-from tests.conftest import RecordingSummarizer
 
 MARKER = "[... tool result middle pruned ...]"
 
@@ -155,7 +155,8 @@ def test_failed_view_not_retried_in_same_turn(open_session) -> None:
 
 
 def test_truncated_summary_one_call_installs_nothing(open_session) -> None:
-    summarizer = RecordingSummarizer([SummaryResult(text="## Goal\n- half", finish_reason="length")])
+    truncated = SummaryResult(text="## Goal\n- half", finish_reason="length")
+    summarizer = RecordingSummarizer([truncated])
     cm = open_session(window=20_000, ratio=0.5, summarizer=summarizer)
     seed(cm)
     rounds(cm, 30, 1_500)
@@ -178,7 +179,8 @@ def test_sidecar_write_failure_rolls_back(open_session) -> None:
     with pytest.raises((OSError, StoreError)):
         cm.prepare()
     assert cm.state.projection is None
-    assert cm.state.last_receipt is None or cm.state.last_receipt.status is not ReceiptStatus.APPLIED
+    last = cm.state.last_receipt
+    assert last is None or last.status is not ReceiptStatus.APPLIED
     assert canonical_bytes(cm) == before
 
 

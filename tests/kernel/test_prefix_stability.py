@@ -11,11 +11,11 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from tests.conftest import RecordingSummarizer, make_config
 
 from ctxfold.kernel.convert import message_to_openai
 from ctxfold.kernel.engine import ContextManager
 from ctxfold.kernel.types import Message, ToolCall
-from tests.conftest import RecordingSummarizer, make_config
 
 step = st.one_of(
     st.tuples(st.just("user"), st.text(min_size=1, max_size=200)),
@@ -33,7 +33,10 @@ def serialize(messages) -> bytes:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=st.lists(step, min_size=10, max_size=40), window=st.sampled_from([4_000, 8_000, 20_000]))
+@given(
+    steps=st.lists(step, min_size=10, max_size=40),
+    window=st.sampled_from([4_000, 8_000, 20_000]),
+)
 def test_requests_are_byte_prefix_extensions_between_installs(steps, window) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cm = ContextManager.open(
@@ -59,7 +62,7 @@ def test_requests_are_byte_prefix_extensions_between_installs(steps, window) -> 
                 cm.append(Message(role="assistant", content="", tool_calls=calls))
                 for i, c in enumerate(calls):
                     cm.append(Message(role="tool", tool_call_id=c.id, name="bash",
-                                      content=("out%d " % (call_no + i)) * (size // 5)))
+                                      content=f"out{call_no + i} " * (size // 5)))
                 call_no += n
             try:
                 prepared = cm.prepare()

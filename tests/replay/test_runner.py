@@ -97,8 +97,8 @@ def test_cost_arithmetic_on_a_tiny_session(registry: Registry) -> None:
 
 def test_append_only_overflow_is_reported_as_failed(registry: Registry) -> None:
     messages = [Message(role="system", content="s"), Message(role="user", content="u" * 400),
-                Message(role="assistant", content="a" * 10), Message(role="user", content="x" * 400),
-                Message(role="assistant", content="b")]
+                Message(role="assistant", content="a" * 10),
+                Message(role="user", content="x" * 400), Message(role="assistant", content="b")]
     result = tiny_replay(registry, messages, window=600).policies["append-only"]
     assert result.failed and "above the window of 600" in result.failure
     assert result.requests == 1  # the run stopped at the overflowing request

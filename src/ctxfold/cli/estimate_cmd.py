@@ -1,12 +1,9 @@
 """``ctxfold estimate PATH... [--estimator NAME] [--per-request] [--json]``.
 
-Token counts of session files in OpenAI chat format: a JSON list of message dicts, a JSON
-object with a ``messages`` list (and optionally a ``tools`` list, which is counted), or
-JSONL with one message per line. ``--per-request`` adds, for each assistant message, the
+Token counts of session files in any importer format (OpenAI chat JSON/JSONL,
+mini-swe-agent, SWE-agent, OpenHands, Claude Code; detected automatically, or ``--format``);
+recorded tool schemas are counted. ``--per-request`` adds, for each assistant message, the
 estimate of the request that produced it (every message before it).
-
-Reading goes through :func:`read_session_file` and :func:`read_session_tools` only, so
-more importer formats can be plugged in there later.
 """
 
 from __future__ import annotations
@@ -16,16 +13,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import Message, ToolSchema
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "estimate",
-        help="estimate the tokens of session files (OpenAI chat format)",
-        description="Estimate the tokens of session files: a JSON list of messages, a JSON "
-        "object with 'messages' (and optional 'tools'), or JSONL (one message per line).",
+        help="estimate the tokens of session files (any importer format)",
+        description="Estimate the tokens of session files in any importer format "
+        "(detected automatically; see docs/importers.md).",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="session file(s)")
     parser.add_argument(
@@ -37,76 +33,35 @@ def register(subparsers: Any) -> None:
         help="also estimate the request that produced each assistant message",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--format", metavar="FMT", help="session format (default: detected; see ctxfold plugins)"
+    )
     parser.set_defaults(func=run)
 
 
 # -- reading -----------------------------------------------------------------------------------
 
 
-def _load(path: Path) -> tuple[list[Any], list[Any]]:
-    """Raw message dicts and raw tool dicts of one file, with positions in errors."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: cannot read session file: {exc}") from exc
-    is_jsonl = path.suffix.lower() in (".jsonl", ".ndjson")
-    if not is_jsonl:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            if exc.msg != "Extra data":
-                raise StoreError(
-                    f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg}); "
-                    "expected a JSON list of messages, an object with 'messages', or JSONL"
-                ) from exc
-            is_jsonl = True  # several JSON values: one message per line
-        else:
-            if isinstance(data, list):
-                return data, []
-            if isinstance(data, dict) and isinstance(data.get("messages"), list):
-                tools = data.get("tools") or []
-                if not isinstance(tools, list):
-                    raise StoreError(f"{path}: 'tools' must be a list of tool schemas")
-                return data["messages"], tools
-            raise StoreError(
-                f"{path}: expected a JSON list of messages or an object with a 'messages' "
-                f"list, got {type(data).__name__}"
-            )
-    messages = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            messages.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise StoreError(
-                f"{path}: line {lineno} column {exc.colno}: invalid JSON ({exc.msg}); "
-                "JSONL needs one complete message object per line"
-            ) from exc
-    return messages, []
+def read_session(
+    path: str | Path, registry: Any, fmt: str | None = None
+) -> tuple[list[Message], list[ToolSchema]]:
+    """Messages and recorded tool schemas of one session file, in any importer format
+    (auto-detected unless ``fmt`` names one; see ``docs/importers.md``)."""
+    from ctxfold.kernel.importing import import_session
+
+    session = import_session(Path(path), registry, fmt)
+    return list(session.messages), list(session.tools)
 
 
-def read_session_file(path: str | Path) -> list[Message]:
-    """The messages of one session file (OpenAI chat format)."""
-    from ctxfold.kernel.convert import message_from_openai
+def read_session_file(
+    path: str | Path, registry: Any = None, fmt: str | None = None
+) -> list[Message]:
+    """The messages of one session file (any importer format)."""
+    if registry is None:
+        from ctxfold.kernel.registry import Registry, make_plugin_manager
 
-    p = Path(path)
-    raw, _tools = _load(p)
-    return [message_from_openai(m, where=f"{p}: message {i}") for i, m in enumerate(raw)]
-
-
-def read_session_tools(path: str | Path) -> list[ToolSchema]:
-    """The tool schemas recorded in one session file (empty when it records none)."""
-    from ctxfold.kernel.convert import tool_schema_from_openai
-
-    p = Path(path)
-    _raw, tools = _load(p)
-    out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise StoreError(f"{p}: tools[{i}] must be an object, got {type(tool).__name__}")
-        out.append(tool_schema_from_openai(tool))
-    return out
+        registry = Registry(make_plugin_manager())
+    return read_session(path, registry, fmt)[0]
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -128,7 +83,6 @@ def estimate_session(estimator: Any, messages: list[Message], tools: list[ToolSc
 
 def run(args: argparse.Namespace) -> int:
     from ctxfold.cli.common import load_cli_config, load_registry
-    from ctxfold.kernel.convert import InteropError
     from ctxfold.kernel.strategies import StrategyContext
 
     loaded = load_cli_config(args)
@@ -139,12 +93,7 @@ def run(args: argparse.Namespace) -> int:
     )
     sessions: list[dict[str, Any]] = []
     for path in args.paths:
-        try:
-            messages = read_session_file(path)
-            tools = read_session_tools(path)
-        except InteropError as exc:
-            raise StoreError(f"{exc}; fix the message or convert the file to OpenAI "
-                             "chat format") from exc
+        messages, tools = read_session(path, registry, args.format)
         tokens, requests = estimate_session(estimator, messages, tools, args.per_request)
         sessions.append({"name": str(path), "tokens": tokens, "requests": requests})
     if args.json:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import cattrs
@@ -25,6 +25,7 @@ from ctxfold.kernel.types import (
     Receipt,
     ReceiptAction,
     ReceiptStatus,
+    Role,
     SidecarState,
     TelemetryRecord,
     ToolCall,
@@ -125,7 +126,7 @@ def message_from_openai(data: Mapping[str, Any], *, where: str = "message") -> M
                               arguments=args))
     origin = data.get("origin", "user")
     return Message(
-        role=role,
+        role=cast(Role, role),
         content=_text_of(data.get("content"), where),
         raw_content=data.get("raw_content"),
         tool_calls=tuple(calls),

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ctxfold.kernel.convert import message_to_openai
+from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.kernel.strategies import Estimator, StrategyContext, Summarizer
 from ctxfold.kernel.types import Message, RequestShape, ToolSchema
-from ctxfold.replay.policy import Policy, PolicyFailed, PolicyRequest, PolicySetup, is_summary
+from ctxfold.replay.policy import Policy, PolicyRequest, PolicySetup, is_summary
 from ctxfold.replay.pricing import Price
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ class _Track:
         result = self.result
         try:
             req: PolicyRequest = self.policy.request()
-        except PolicyFailed as exc:
+        except CtxfoldError as exc:  # PolicyFailed, or a maintenance error of the engine
             result.failed, result.failure = True, str(exc)
             return
         cost = 0.0

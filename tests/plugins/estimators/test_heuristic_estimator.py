@@ -68,7 +68,7 @@ def test_calibration_sample_with_cjk_scales_cjk_too(est: HeuristicEstimator) -> 
 
 
 def test_sanity_window_uses_tokens_per_char(est: HeuristicEstimator) -> None:
-    s = RequestShape(messages=[Message(role="user", content="x" * 996)])  # 1000 chars
-    assert not est.calibrate(s, Usage(prompt_tokens=50))  # 0.05 exactly: rejected
-    assert est.calibrate(s, Usage(prompt_tokens=51))
-    assert not est.calibrate(s, Usage(prompt_tokens=2000))  # 2.0 exactly: rejected
+    s = RequestShape(messages=[Message(role="user", content="x" * 9996)])  # 10000 chars
+    assert not est.calibrate(s, Usage(prompt_tokens=500))  # 0.05 exactly: rejected
+    assert est.calibrate(s, Usage(prompt_tokens=501))
+    assert not est.calibrate(s, Usage(prompt_tokens=20000))  # 2.0 exactly: rejected

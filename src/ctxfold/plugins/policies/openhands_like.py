@@ -79,7 +79,8 @@ class OpenHandsLikePolicy(BasePolicy):
             while tail_start - 1 > head_end and budget - self.count(view[tail_start - 1]) >= 0:
                 budget -= self.count(view[tail_start - 1])
                 tail_start -= 1
-        while tail_start > head_end and view[tail_start].role == "tool":
+            tail_start = max(head_end, min(tail_start, len(view) - 1))  # keep the newest
+        while head_end < tail_start < len(view) and view[tail_start].role == "tool":
             tail_start -= 1
         forgotten = view[head_end:tail_start]
         if not forgotten:
