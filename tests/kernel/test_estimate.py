@@ -167,7 +167,7 @@ def test_latest_accepted_sample_wins() -> None:
 
 def test_count_messages_applies_calibration_without_request_overheads() -> None:
     est = CharEstimator()
-    msgs = [Message(role="user", content="x" * 996), Message(role="user", content="y" * 996)]
+    msgs = [Message(role="user", content="x" * 992), Message(role="user", content="y" * 992)]
     assert est.count_messages(msgs) == 2000
     assert est.count_message(msgs[0]) == 1000
     est.calibrate(shape(*msgs), Usage(prompt_tokens=1000))
