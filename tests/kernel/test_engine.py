@@ -301,3 +301,23 @@ def test_observe_usage_only_calibrates(open_session) -> None:
     assert cm.observe_usage(Usage(prompt_tokens=before * 2, cache_hit_tokens=10))
     assert not sidecar_path(cm).exists()
     assert cm.estimate() > before
+
+
+def test_oversized_message_is_clipped_in_the_summary_request(open_session) -> None:
+    """A single message larger than any summary request can hold still folds (clipped)."""
+    summarizer = RecordingSummarizer()
+    cm = open_session(window=8_000, ratio=0.8, summarizer=summarizer)
+    seed(cm)
+    cm.append(Message(role="assistant", content="Reading the code first."),
+              Message(role="user", content="ok"))
+    cm.append(Message(role="assistant", content="plan: " + "reasoning step. " * 1_700))
+    cm.append(Message(role="user", content="go on"))
+    rounds(cm, 3, 300)
+    assert cm.estimate() >= cm.trigger_tokens
+    prepared = cm.prepare()
+    assert len(summarizer.requests) == 1
+    sent = summarizer.requests[0].messages
+    assert any("[... middle omitted from the summary request ...]" in m.content for m in sent)
+    assert prepared.tokens < cm.hard_ceiling and prepared.projection_version == 1
+    # Canonical keeps the full message.
+    assert any(m.content.startswith("plan: ") and len(m.content) > 20_000 for m in cm.canonical)

@@ -16,7 +16,6 @@ TRANSCRIPTS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "
 #: Known engine failure (not an invariant violation): at a 64K window the engine raises
 #: CompactionRequiredError "no summary request fits the window" on this mini-swe-agent v1
 #: session. Strict, so the test flags when the engine is fixed.
-KNOWN_FAILURES = {"scikit-learn__scikit-learn-25102.traj.json"}
 
 
 def _sessions() -> list[object]:
@@ -29,9 +28,7 @@ def _sessions() -> list[object]:
         else:
             found += sorted(p for p in folder.iterdir()
                             if p.is_file() and p.name != "README.md")
-    return [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="engine: no summary "
-                                                     "request fits the window"))
-            if p.name in KNOWN_FAILURES else p for p in found]
+    return found
 
 
 @pytest.mark.slow

@@ -141,3 +141,16 @@ def fold_body(
         body.extend(view[plan.end : body_len])
         return body, covered_count
     return body, covered_count + (plan.end - body_len)
+
+
+CLIP_MARKER = "[... middle omitted from the summary request ...]"
+CLIP_MIN_CHARS = 1024
+
+
+def clip_text(text: str, keep: int) -> str:
+    """First 3/4 and last 1/4 of ``keep`` code points around :data:`CLIP_MARKER`."""
+    if len(text) <= keep:
+        return text
+    head = keep * 3 // 4
+    tail = keep - head
+    return text[:head] + "\n" + CLIP_MARKER + "\n" + text[len(text) - tail :]

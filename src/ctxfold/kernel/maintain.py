@@ -153,6 +153,28 @@ class _Run:
 
     # -- fold --------------------------------------------------------------------------------
 
+    def _clipped_request(self, request: SummaryRequest, limit: int) -> SummaryRequest | None:
+        """``request`` with its largest region messages clipped until it fits ``limit``."""
+        estimator = self.cm.estimator
+        messages = list(request.messages)
+        # Never clip the system message or the final instruction.
+        editable = range(1 if messages and messages[0].role == "system" else 0, len(messages) - 1)
+        for _ in range(32):
+            total = estimator.estimate(RequestShape(messages, request.tools))
+            if total <= limit:
+                return attrs.evolve(request, messages=tuple(messages))
+            i = max(editable, key=lambda k: len(messages[k].content), default=None)
+            if i is None or len(messages[i].content) < 2 * folding.CLIP_MIN_CHARS:
+                return None
+            excess = total - limit
+            keep = max(folding.CLIP_MIN_CHARS, len(messages[i].content) // 2
+                       - excess * 2)
+            messages[i] = attrs.evolve(
+                messages[i], content=folding.clip_text(messages[i].content, keep),
+                raw_content=None,
+            )
+        return None
+
     def fold(self, forced: bool) -> str:
         """One summary fold. Returns installed | noop | failed | rejected | stale."""
         cm = self.cm
@@ -180,20 +202,34 @@ class _Run:
             return cm.estimator.estimate(RequestShape(list(req.messages), req.tools)) <= limit
 
         end = plan.end
+        request: SummaryRequest | None = None
         if not fits(end):
             safe = folding.largest_safe_end(folding.balanced_ends(self.view, plan), fits)
+            if safe is not None and (
+                sum(cm._count(m) for m in self.view[plan.head : safe]) < folding.MIN_FOLD_TOKENS
+            ):
+                safe = None  # folding so little cannot free anything; clip instead
             if safe is None:
-                self.receipt(ReceiptStatus.BLOCKED, NO_SAFE_PREFIX, ReceiptAction.SUMMARY)
-                return "rejected"
-            end = safe
+                # Even the smallest fold holds a message too large for any summary request
+                # (e.g. a 55k-token assistant message in a 64k window): summarize the whole
+                # region with its largest messages clipped. The request then misses the cache
+                # once; the alternative is failing the session.
+                request = self._clipped_request(request_for(end), limit)
+                if request is None:
+                    self.receipt(ReceiptStatus.BLOCKED, NO_SAFE_PREFIX, ReceiptAction.SUMMARY)
+                    return "rejected"
+            else:
+                end = safe
         plan = folding.FoldPlan(head=plan.head, end=end, tail_start=plan.tail_start)
+        if request is None:
+            request = request_for(end)
         captured = cm.capture()
         input_hash = cm.input_hash(self.view)
         self.summary_calls += 1
         cm.summary_calls += 1
         cm.progress.summary_turn = cm.turn
         try:
-            text = validate_summary_result(cm.summarizer.summarize(request_for(end)))
+            text = validate_summary_result(cm.summarizer.summarize(request))
         except CtxfoldError as exc:
             status = (
                 ReceiptStatus.BLOCKED
