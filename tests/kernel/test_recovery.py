@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from tests.conftest import RecordingSummarizer
+from tests.kernel.test_engine import rounds, seed
 
 from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError
 from ctxfold.kernel.strategies import ChatRequest, ChatResponse
 from ctxfold.kernel.types import Message, Usage
-from tests.conftest import RecordingSummarizer
-from tests.kernel.test_engine import rounds, seed
 
 
 class ScriptedProvider:

@@ -83,19 +83,24 @@ class InteropError(CtxfoldError):
     """An OpenAI-style message dict could not be understood."""
 
 
+def join_text_parts(parts: list[Any]) -> str:
+    """Join the text of OpenAI content parts (strings or ``{"text": ...}``); others skipped."""
+    texts = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+    return "\n".join(texts)
+
+
 def _text_of(content: Any, where: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "\n".join(parts)
+        return join_text_parts(content)
     raise InteropError(f"{where}: content must be a string or a list of text parts")
 
 

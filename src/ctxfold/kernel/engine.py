@@ -18,16 +18,13 @@ import attrs
 
 from ctxfold.kernel import fold as folding
 from ctxfold.kernel.commit import Capture, Committer
-from ctxfold.kernel.errors import CompactionRequiredError, MaintenanceError
 from ctxfold.kernel.fingerprint import fingerprint
 from ctxfold.kernel.strategies import Estimator, Pruner, Store, Summarizer
 from ctxfold.kernel.types import (
     CacheState,
     Message,
-    ReceiptAction,
     RequestShape,
     SidecarState,
-    TelemetryRecord,
     ToolSchema,
     Usage,
     parse_time,
@@ -393,12 +390,4 @@ def _stamped(message: Message) -> Message:
     return message if message.created_at else attrs.evolve(message, created_at=utc_now())
 
 
-__all__ = [
-    "CompactionRequiredError",
-    "ContextManager",
-    "MaintenanceError",
-    "PreparedRequest",
-    "ReceiptAction",
-    "ResumeResult",
-    "TelemetryRecord",
-]
+__all__ = ["ContextManager", "PreparedRequest", "ResumeResult"]

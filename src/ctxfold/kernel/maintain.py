@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ctxfold.kernel import fold as folding
-from ctxfold.kernel.commit import StaleContextError, blocked_receipt
+from ctxfold.kernel.commit import Capture, StaleContextError, blocked_receipt
 from ctxfold.kernel.errors import CompactionRequiredError, CtxfoldError, SummaryFailedError
 from ctxfold.kernel.fingerprint import content_hash, fingerprint
 from ctxfold.kernel.strategies import SummaryRequest
@@ -97,6 +97,65 @@ class _Run:
             ),
         )
 
+    def _install(
+        self,
+        captured: Capture,
+        input_hash: str,
+        action: ReceiptAction,
+        *,
+        body: list[Message],
+        covered: int,
+        candidate: list[Message],
+        new_tokens: int,
+        affected: int = 0,
+        summary_text: str = "",
+    ) -> bool:
+        """CAS-commit a prune or summary projection; False (and a blocked receipt) if the
+        context moved while the operation ran."""
+        cm = self.cm
+        output_hash = fingerprint(candidate)
+        summary_hash = content_hash(summary_text) if summary_text else ""
+        saved = self.tokens - new_tokens
+        try:
+            cm.committer.install(
+                captured,
+                cm.canonical,
+                body=body,
+                covered_count=covered,
+                receipt=Receipt(
+                    operation_id="",
+                    status=ReceiptStatus.APPLIED,
+                    action=action,
+                    trigger=self.trigger,
+                    input_hash=input_hash,
+                    output_hash=output_hash,
+                    input_tokens=self.tokens,
+                    result_tokens=new_tokens,
+                    saved_tokens=saved,
+                    affected_tool_results=affected,
+                    summary_hash=summary_hash,
+                ),
+                telemetry=cm.committer.telemetry(
+                    kind="install",
+                    trigger=self.trigger,
+                    action=action.value,
+                    tokens_before=self.tokens,
+                    tokens_after=new_tokens,
+                    saved_tokens=saved,
+                    summary_calls=1 if summary_text else 0,
+                ),
+                source_tokens=self.tokens,
+                projection_tokens=new_tokens,
+                summary_hash=summary_hash,
+                view_input_hash=input_hash,
+                view_output_hash=output_hash,
+            )
+        except StaleContextError:
+            self.refresh()
+            self.receipt(ReceiptStatus.BLOCKED, STALE, action)
+            return False
+        return True
+
     # -- prune -------------------------------------------------------------------------------
 
     def prune(self) -> bool:
@@ -108,44 +167,11 @@ class _Run:
         new_tokens = cm.estimate(new_view)
         if new_tokens >= self.tokens:
             return False
-        captured = cm.capture()
-        input_hash = cm.input_hash(self.view)
-        output_hash = fingerprint(new_view)
-        receipt = Receipt(
-            operation_id="",
-            status=ReceiptStatus.APPLIED,
-            action=ReceiptAction.PRUNE,
-            trigger=self.trigger,
-            input_hash=input_hash,
-            output_hash=output_hash,
-            input_tokens=self.tokens,
-            result_tokens=new_tokens,
-            saved_tokens=self.tokens - new_tokens,
-            affected_tool_results=affected,
-        )
-        try:
-            cm.committer.install(
-                captured,
-                cm.canonical,
-                body=new_view,
-                covered_count=len(cm.canonical),
-                receipt=receipt,
-                telemetry=cm.committer.telemetry(
-                    kind="install",
-                    trigger=self.trigger,
-                    action="prune",
-                    tokens_before=self.tokens,
-                    tokens_after=new_tokens,
-                    saved_tokens=self.tokens - new_tokens,
-                ),
-                source_tokens=self.tokens,
-                projection_tokens=new_tokens,
-                view_input_hash=input_hash,
-                view_output_hash=output_hash,
-            )
-        except StaleContextError:
-            self.refresh()
-            self.receipt(ReceiptStatus.BLOCKED, STALE, ReceiptAction.PRUNE)
+        if not self._install(
+            cm.capture(), cm.input_hash(self.view), ReceiptAction.PRUNE,
+            body=new_view, covered=len(cm.canonical), candidate=new_view,
+            new_tokens=new_tokens, affected=affected,
+        ):
             return False
         self.action = "prune"
         self.refresh()
@@ -259,43 +285,10 @@ class _Run:
         if self.trigger != "manual" and new_tokens >= cm.hard_ceiling:
             self.receipt(ReceiptStatus.BLOCKED, ABOVE_CEILING, ReceiptAction.SUMMARY)
             return "rejected"
-        output_hash = fingerprint(candidate)
-        try:
-            cm.committer.install(
-                captured,
-                canonical,
-                body=body,
-                covered_count=covered,
-                receipt=Receipt(
-                    operation_id="",
-                    status=ReceiptStatus.APPLIED,
-                    action=ReceiptAction.SUMMARY,
-                    trigger=self.trigger,
-                    input_hash=input_hash,
-                    output_hash=output_hash,
-                    input_tokens=self.tokens,
-                    result_tokens=new_tokens,
-                    saved_tokens=self.tokens - new_tokens,
-                    summary_hash=content_hash(text),
-                ),
-                telemetry=cm.committer.telemetry(
-                    kind="install",
-                    trigger=self.trigger,
-                    action="summary",
-                    tokens_before=self.tokens,
-                    tokens_after=new_tokens,
-                    saved_tokens=self.tokens - new_tokens,
-                    summary_calls=1,
-                ),
-                source_tokens=self.tokens,
-                projection_tokens=new_tokens,
-                summary_hash=content_hash(text),
-                view_input_hash=input_hash,
-                view_output_hash=output_hash,
-            )
-        except StaleContextError:
-            self.refresh()
-            self.receipt(ReceiptStatus.BLOCKED, STALE, ReceiptAction.SUMMARY)
+        if not self._install(
+            captured, input_hash, ReceiptAction.SUMMARY, body=body, covered=covered,
+            candidate=candidate, new_tokens=new_tokens, summary_text=text,
+        ):
             return "stale"
         self.action = "summary"
         self.refresh()
@@ -362,4 +355,4 @@ def run_prepare(
     return run.result()
 
 
-__all__ = ["Message", "run_prepare"]
+__all__ = ["run_prepare"]

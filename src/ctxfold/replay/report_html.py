@@ -137,7 +137,7 @@ def _session(s: SessionResult, window: int) -> str:
             pts.append((float(t.index), total))
         costs[n] = pts
     bars = "".join(
-        f'<div class="small">{stacked_bars([t.hit_tokens for t in r.turns], [t.miss_tokens for t in r.turns], f"{n}: cache hits (green) / misses (red)")}</div>'  # noqa: E501
+        f'<div class="small">{stacked_bars([t.hit_tokens for t in r.turns], [t.miss_tokens for t in r.turns], f"{n}: hits (green) / misses (red)")}</div>'  # noqa: E501
         for n, r in s.policies.items())
     return (f"<h2>{_e(s.name)}</h2><p>{s.messages} messages, {s.requests} recorded requests; "
             f"floor cost ${s.floor_cost_usd:.4f}</p>{_table(s.policies)}{_legend(names)}"

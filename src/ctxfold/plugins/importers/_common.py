@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ctxfold.kernel.convert import InteropError, message_from_openai
+from ctxfold.kernel.convert import InteropError, join_text_parts, message_from_openai
 from ctxfold.kernel.importing import importer_error
 from ctxfold.kernel.types import Message, Usage
 
@@ -170,13 +170,7 @@ def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "\n".join(parts)
+        return join_text_parts(content)
     return str(content)
 
 
