@@ -34,8 +34,28 @@ from ctxfold.kernel.types import (
 )
 
 
+def _strict(kind: type) -> Any:
+    def structure(value: Any, _type: Any) -> Any:
+        if type(value) is not kind and not (kind is int and type(value) is int):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r:.40}")
+        return value
+
+    return structure
+
+
+def _strict_number(value: Any) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r:.40}")
+    return value
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=False)
+    # Strict primitives: a transcript line with "local_only": "no" is corrupt, not True.
+    conv.register_structure_hook(str, _strict(str))
+    conv.register_structure_hook(bool, _strict(bool))
+    conv.register_structure_hook(int, _strict(int))
+    conv.register_structure_hook(float, lambda v, _t: float(_strict_number(v)))
     for cls in (
         Message,
         ToolCall,
