@@ -85,7 +85,8 @@ def effective_rows(loaded: Any) -> list[tuple[str, str, Any, str]]:
     """
     import attrs
 
-    from ctxfold.config.load import DEFAULT_SOURCE, redact
+    from ctxfold.config.load import DEFAULT_SOURCE
+    from ctxfold.config.secrets import redact
 
     legacy = _legacy_keys()
     rows = []

@@ -19,23 +19,30 @@ what is allowed. Retired keys go through the ``config_migration`` strategies (bu
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import tomllib
-import types
-import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ctxfold.config.schema import LEGACY_AGENT_KEYS, Config
+from ctxfold.config.secrets import show_value
+from ctxfold.config.strict import (
+    SECTIONS,
+    STRATEGY_KEYS,
+    WrongType,
+    allowed_values,
+    parse_text,
+    problems,
+    strict_converter,
+    type_name,
+    unknown_key,
+)
 from ctxfold.kernel.errors import ConfigError
 
 if TYPE_CHECKING:
-    import cattrs
 
     from ctxfold.config.migrate import ConfigMigration
     from ctxfold.kernel.registry import Registry
@@ -45,29 +52,6 @@ USER_FILE_NAME = "config.toml"
 ENV_PREFIX = "CTXFOLD_"
 CONFIG_HOME_ENV = "CTXFOLD_CONFIG_HOME"
 DEFAULT_SOURCE = "default"
-
-#: Keys naming a strategy, and the registry kind that must know the name.
-STRATEGY_KEYS = {
-    "provider.name": "provider",
-    "estimator.name": "estimator",
-    "summarizer.name": "summarizer",
-    "store.name": "store",
-}
-
-
-def _section_classes() -> dict[str, type]:
-    attrs.resolve_types(Config)
-    out: dict[str, type] = {}
-    for field in attrs.fields(Config):
-        cls = typing.cast(type, field.type)
-        attrs.resolve_types(cls)
-        out[field.name] = cls
-    return out
-
-
-#: ``{"agent": AgentConfig, ...}`` in schema order.
-SECTIONS: dict[str, type] = _section_classes()
-
 
 @attrs.frozen
 class LoadedConfig:
@@ -82,256 +66,6 @@ class LoadedConfig:
     sources: Mapping[str, str]
     notices: tuple[str, ...] = ()
     files: tuple[Path, ...] = ()
-
-
-# -- secrets -----------------------------------------------------------------------------------
-
-_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential")
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-MASK = "***"
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether values of key ``name`` are secret (``*key*``, ``*token*``, ``*secret*``, ...).
-
-    ``*_env`` keys hold an environment variable NAME and ``*_tokens`` keys hold a token
-    count, so neither is secret (``api_key_env``, ``max_output_tokens``).
-    """
-    low = name.rsplit(".", 1)[-1].lower()
-    if low.endswith(("_env", "_tokens")):
-        return False
-    return any(word in low for word in _SECRET_WORDS)
-
-
-def mask_url_credentials(text: str) -> str:
-    """Replace ``user:password@`` in URLs inside ``text`` with ``***@``."""
-    return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{MASK}@", text)
-
-
-def redact(key: str, value: Any) -> Any:
-    """``value`` made safe to print: secrets masked, URL credentials removed."""
-    if is_secret_key(key) and value not in ("", None, ()):
-        return MASK
-    if isinstance(value, str):
-        return mask_url_credentials(value)
-    if isinstance(value, tuple | list):
-        return type(value)(redact(key, v) for v in value)
-    return value
-
-
-def _show(key: str, value: Any) -> str:
-    text = repr(redact(key, value))
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-# -- strict types ------------------------------------------------------------------------------
-
-
-class WrongType(TypeError):
-    """A value does not have the type of its field."""
-
-    def __init__(self, value: Any) -> None:
-        super().__init__(f"wrong type {type(value).__name__}")
-        self.value = value
-
-
-def _type_name(tp: Any) -> str:
-    names = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
-    if tp in names:
-        return names[tp]
-    if typing.get_origin(tp) is tuple:
-        return "a list of strings"
-    if _is_optional_bool(tp):
-        return "true or false"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _is_optional_bool(tp: Any) -> bool:
-    return typing.get_origin(tp) in (typing.Union, types.UnionType) and set(
-        typing.get_args(tp)
-    ) == {bool, type(None)}
-
-
-def _check(ok: Callable[[Any], bool], cast: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
-    def hook(value: Any, _type: Any) -> Any:
-        if not ok(value):
-            raise WrongType(value)
-        return cast(value)
-
-    return hook
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-@functools.cache
-def _converter() -> cattrs.Converter:
-    import cattrs
-    from cattrs.gen import make_dict_structure_fn
-
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    conv.register_structure_hook(float, _check(_is_number, float))
-    conv.register_structure_hook(
-        int, _check(lambda v: isinstance(v, int) and not isinstance(v, bool), int)
-    )
-    conv.register_structure_hook(str, _check(lambda v: isinstance(v, str), str))
-    conv.register_structure_hook(bool, _check(lambda v: isinstance(v, bool), bool))
-    conv.register_structure_hook_func(
-        _is_optional_bool, _check(lambda v: v is None or isinstance(v, bool), lambda v: v)
-    )
-    conv.register_structure_hook_func(
-        lambda tp: tp == tuple[str, ...],
-        _check(lambda v: isinstance(v, list | tuple) and all(isinstance(s, str) for s in v),
-               tuple),
-    )
-    for cls in (*SECTIONS.values(), Config):
-        fn: Callable[[Any, Any], Any] = make_dict_structure_fn(
-            cls, conv, _cattrs_forbid_extra_keys=True
-        )
-        conv.register_structure_hook(cls, _table_hook(cls, fn))
-    return conv
-
-
-def _table_hook(cls: type, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    def hook(value: Any, tp: Any) -> Any:
-        from cattrs.errors import ClassValidationError
-
-        if not isinstance(value, Mapping):
-            raise WrongType(value)
-        try:
-            return fn(value, tp)
-        except ClassValidationError as exc:
-            # cattrs reports an attrs validator's ValueError (raised by __init__) without the
-            # attribute it belongs to; attribute it so the message names the key.
-            loose = [e for e in exc.exceptions
-                     if type(e) is ValueError and not getattr(e, "__notes__", None)]
-            kept = [e for e in exc.exceptions if not any(e is x for x in loose)]
-            if not loose:
-                raise
-            found = _field_errors(cls, value)
-            raise ClassValidationError(exc.message, [*kept, *(found or loose)], cls) from None
-
-    return hook
-
-
-def _field_errors(cls: type, value: Mapping[str, Any]) -> list[Exception]:
-    """Run each field's validator alone; errors carry the note naming their attribute."""
-    from cattrs.errors import AttributeValidationNote
-
-    errors: list[Exception] = []
-    for field in attrs.fields(cls):
-        if field.name in value and field.validator is not None:
-            try:
-                field.validator(None, field, value[field.name])
-            except ValueError as err:
-                err.add_note(AttributeValidationNote(
-                    f"Structuring class {cls.__qualname__} @ attribute {field.name}",
-                    field.name, field.type))
-                errors.append(err)
-    return errors
-
-
-def _format_exception(exc: BaseException, _type: Any) -> str:
-    from cattrs.errors import ForbiddenExtraKeysError
-
-    # Encoded for _problems(), which adds key, value and allowed values.
-    if isinstance(exc, ForbiddenExtraKeysError):
-        return "extra:" + ",".join(sorted(exc.extra_fields))
-    if isinstance(exc, WrongType):
-        return "type:"
-    return "value:" + str(exc)
-
-
-def allowed_values(key: str) -> str:
-    """Human description of the valid values of dotted ``key`` (for messages and docs)."""
-    section, _, name = key.partition(".")
-    field = attrs.fields_dict(SECTIONS[section])[name]
-    if "allowed" in field.metadata:
-        return str(field.metadata["allowed"])
-    if key in STRATEGY_KEYS:
-        return f"a registered {STRATEGY_KEYS[key]} name (see `ctxfold plugins`)"
-    return _type_name(field.type)
-
-
-def _lookup(data: Mapping[str, Any], path: list[str]) -> Any:
-    node: Any = data
-    for part in path:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
-
-
-def _problems(layer: _Layer, exc: Exception) -> list[str]:
-    from cattrs import transform_error
-
-    lines = []
-    for text in transform_error(exc, format_exception=_format_exception):
-        code, _, where = text.rpartition(" @ $")
-        path = [p for p in where.split(".") if p]
-        dotted = ".".join(path)
-        kind, _, detail = code.partition(":")
-        if kind == "extra":
-            for name in detail.split(","):
-                lines.append(_unknown(layer, path, name))
-        elif kind == "type" and len(path) == 1:
-            lines.append(f"{layer.origin(dotted)}: [{dotted}] must be a table, got "
-                         f"{_show(dotted, _lookup(layer.data, path))}")
-        elif kind == "type":
-            value = _lookup(layer.data, path)
-            lines.append(f"{layer.origin(dotted)}: {dotted} = {_show(dotted, value)} has the "
-                         f"wrong type ({type(value).__name__}); allowed: {allowed_values(dotted)}")
-        else:
-            value = _lookup(layer.data, path)
-            name = path[-1] if path else ""
-            if name and detail.startswith(f"{name} = "):
-                message = f"{path[0]}.{detail}"  # validator text already shows key and value
-            else:
-                message = f"{dotted} = {_show(dotted, value)}: {detail}"
-            lines.append(f"{layer.origin(dotted)}: {message}")
-    return lines
-
-
-def _unknown(layer: _Layer, path: list[str], name: str) -> str:
-    dotted = ".".join([*path, name])
-    if not path:
-        return (f"{layer.origin(dotted)}: unknown table [{name}]; "
-                f"allowed tables: {', '.join(SECTIONS)}")
-    section = path[0]
-    value = _lookup(layer.data, [*path, name])
-    shown = "" if isinstance(value, Mapping) else f" = {_show(dotted, value)}"
-    allowed = ", ".join(f.name for f in attrs.fields(SECTIONS[section])
-                        if f.name not in layer.legacy_names)
-    return (f"{layer.origin(dotted)}: unknown key {dotted}{shown}; "
-            f"allowed keys in [{section}]: {allowed}")
-
-
-def parse_text(text: str, key: str) -> Any:
-    """Parse an environment/flag string for dotted ``key`` by the field's type."""
-    section, _, name = key.partition(".")
-    tp = attrs.fields_dict(SECTIONS[section])[name].type
-    low = text.strip().lower()
-    if tp is str:
-        return text
-    if tp is bool or _is_optional_bool(tp):
-        if _is_optional_bool(tp) and low == "":
-            return None
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise WrongType(text)
-    if typing.get_origin(tp) is tuple:
-        if text.lstrip().startswith("["):
-            try:
-                value = tomllib.loads(f"v = {text}")["v"]
-            except tomllib.TOMLDecodeError:
-                raise WrongType(text) from None
-            return value
-        return [part.strip() for part in text.split(",") if part.strip()]
-    try:
-        return int(text, 10) if tp is int else float(text)
-    except ValueError:
-        raise WrongType(text) from None
 
 
 # -- layers ------------------------------------------------------------------------------------
@@ -439,8 +173,8 @@ def _put(layer: _Layer, dotted: str, value: Any, origin: str, legacy: frozenset[
         try:
             value = parse_text(value, dotted)
         except WrongType:
-            problems.append(f"{origin}: {dotted} = {_show(dotted, value)} cannot be read as "
-                            f"{_type_name(attrs.fields_dict(SECTIONS[section])[name].type)}; "
+            problems.append(f"{origin}: {dotted} = {show_value(dotted, value)} cannot be read as "
+                            f"{type_name(attrs.fields_dict(SECTIONS[section])[name].type)}; "
                             f"allowed: {allowed_values(dotted)}")
             return
     layer.data.setdefault(section, {})[name] = value
@@ -461,13 +195,13 @@ def _validate(layer: _Layer, unclaimed: frozenset[str]) -> None:
     # loading them as-is would break "always zero in memory".
     stray = [k for k in layer.dotted_keys() if k in unclaimed]
     if stray:
-        raise ConfigError(_join([_unknown(layer, [k.partition(".")[0]], k.partition(".")[2])
+        raise ConfigError(_join([unknown_key(layer, [k.partition(".")[0]], k.partition(".")[2])
                                  for k in stray]))
     try:
-        _converter().structure(layer.data, Config)
+        strict_converter().structure(layer.data, Config)
     except Exception as exc:  # cattrs raises ExceptionGroups, attrs ValueErrors
-        problems = _problems(layer, exc)
-        raise ConfigError(_join(problems) if problems else f"{layer.source}: {exc}") from None
+        found = problems(layer, exc)
+        raise ConfigError(_join(found) if found else f"{layer.source}: {exc}") from None
 
 
 def _user_file(user_config_path: Path | None, env: Mapping[str, str]) -> Path:
@@ -559,7 +293,7 @@ def load_config(
             section, _, name = dotted.partition(".")
             merged.setdefault(section, {})[name] = layer.data[section][name]
             sources[dotted] = layer.origins.get(dotted, layer.source)
-    config = _converter().structure(merged, Config)
+    config = strict_converter().structure(merged, Config)
     notices = (_migration_notice(found, files),) if found else ()
     loaded = LoadedConfig(config=config, sources=sources, notices=notices,
                           files=tuple(files.values()))

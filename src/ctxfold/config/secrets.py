@@ -1,0 +1,43 @@
+"""Secrets in configuration: which keys hold them and how ``ctxfold config show`` masks them."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential")
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+MASK = "***"
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether values of key ``name`` are secret (``*key*``, ``*token*``, ``*secret*``, ...).
+
+    ``*_env`` keys hold an environment variable NAME and ``*_tokens`` keys hold a token
+    count, so neither is secret (``api_key_env``, ``max_output_tokens``).
+    """
+    low = name.rsplit(".", 1)[-1].lower()
+    if low.endswith(("_env", "_tokens")):
+        return False
+    return any(word in low for word in _SECRET_WORDS)
+
+
+def mask_url_credentials(text: str) -> str:
+    """Replace ``user:password@`` in URLs inside ``text`` with ``***@``."""
+    return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+
+
+def redact(key: str, value: Any) -> Any:
+    """``value`` made safe to print: secrets masked, URL credentials removed."""
+    if is_secret_key(key) and value not in ("", None, ()):
+        return MASK
+    if isinstance(value, str):
+        return mask_url_credentials(value)
+    if isinstance(value, tuple | list):
+        return type(value)(redact(key, v) for v in value)
+    return value
+
+
+def show_value(key: str, value: Any) -> str:
+    text = repr(redact(key, value))
+    return text if len(text) <= 80 else text[:77] + "..."
