@@ -48,7 +48,7 @@ def read_canonical(handle: StoreHandle, session_id: str) -> tuple[list[Message],
     path = getattr(handle.store, "transcript_path", None)
     if path is None:  # another store: its load() is the only reader there is
         return handle.store.load(session_id), []
-    from ctxfold.plugins.stores.fs import parse_transcript
+    from ctxfold.plugins.stores.jsonl import parse_transcript
 
     file = path(session_id)
     parsed = parse_transcript(file.read_bytes(), file)
