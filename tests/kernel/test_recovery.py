@@ -77,3 +77,38 @@ def test_overflow_prepare_that_cannot_advance_fails_without_retry(open_session) 
     with pytest.raises(CompactionRequiredError):
         cm.complete(provider)
     assert len(provider.requests) == 1
+
+
+def test_overflow_without_numbers_learns_the_window_from_the_request(open_session) -> None:
+    summarizer = RecordingSummarizer()
+    cm = open_session(window=200_000, ratio=0.8, summarizer=summarizer)
+    seed(cm)
+    rounds(cm, 30, 1_500)
+    prompt = cm.estimate()
+    provider = ScriptedProvider([ContextLimitError("context_length_exceeded"), "done"])
+    cm.complete(provider)
+    assert cm.window <= prompt
+    assert len(summarizer.requests) == 1 and cm.state.projection is not None
+    assert len(provider.requests) == 2
+
+
+def test_local_only_messages_do_not_shift_fold_coverage(open_session) -> None:
+    """Folded messages are never sent again: coverage maps view positions to canonical."""
+    from ctxfold.kernel.types import ToolCall
+
+    cm = open_session(window=30_000, ratio=0.5, summarizer=RecordingSummarizer())
+    seed(cm)
+    for i in range(30):
+        cm.append(Message(role="assistant", content=f"step {i}",
+                          tool_calls=(ToolCall(id=f"c{i}", name="bash", arguments="{}"),)),
+                  Message(role="tool", content=f"out {i} " * 400, tool_call_id=f"c{i}",
+                          name="bash"),
+                  Message(role="user", content=f"note {i}", local_only=True))
+    prepared = cm.prepare()
+    assert prepared.action == "summary"
+    sent_ids = [m.tool_call_id for m in prepared.messages if m.role == "tool"]
+    summary_request = cm.summarizer.requests[0]
+    folded_ids = {m.tool_call_id for m in summary_request.messages if m.role == "tool"}
+    assert folded_ids and not folded_ids & set(sent_ids)
+    # Nothing visible is lost either: every call is folded or still sent.
+    assert folded_ids | set(sent_ids) == {f"c{i}" for i in range(30)}

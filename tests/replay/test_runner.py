@@ -78,7 +78,8 @@ def test_cost_arithmetic_on_a_tiny_session(registry: Registry) -> None:
     messages = [Message(role="system", content="sys"), Message(role="user", content="hello"),
                 Message(role="assistant", content="ok1"), Message(role="user", content="more"),
                 Message(role="assistant", content="ok2")]
-    result = tiny_replay(registry, messages).policies["append-only"]
+    session = tiny_replay(registry, messages)
+    result = session.policies["append-only"]
     b, u, a = len(BOS), len(USER), len(ASSISTANT)
     p1 = b + 3 + (u + 5) + a                 # BOS sys <User>hello <Assistant>
     out1 = len("ok1") + len(EOS)
@@ -93,6 +94,56 @@ def test_cost_arithmetic_on_a_tiny_session(registry: Registry) -> None:
     assert result.cost_usd == pytest.approx(expected)
     assert result.prefix_stable_between_installs and result.canonical_intact
     assert not result.failed
+    # With a perfect (1-token unit) cache, resending the whole history costs exactly the floor.
+    assert session.floor_cost_usd == pytest.approx(expected)
+
+
+class _Vandal:
+    """A policy that rewrites history without declaring an install (and loses a message)."""
+
+    name = "vandal"
+
+    def __init__(self) -> None:
+        self.seen: list[Message] = []
+
+    def observe(self, message: Message) -> None:
+        self.seen.append(message)
+
+    def request(self) -> Any:
+        from ctxfold.replay.policy import PolicyRequest
+
+        edited = [Message(role=m.role, content=m.content + "!") if m.role == "user" else m
+                  for m in self.seen]
+        return PolicyRequest(messages=tuple(edited[-3:]))
+
+    def canonical(self) -> tuple[Message, ...]:
+        return tuple(self.seen[1:])
+
+
+def test_broken_invariants_are_detected() -> None:
+    from ctxfold.kernel.hookspecs import hookimpl
+    from ctxfold.kernel.strategies import StrategySpec
+
+    class Plugin:
+        @hookimpl
+        def ctxfold_policies(self):
+            return [StrategySpec(kind="policy", name="vandal", factory=lambda ctx: _Vandal())]
+
+    registry = Registry(make_plugin_manager(load_entry_points=False, extra_plugins=[Plugin()]))
+    messages = [Message(role="system", content="sys"), Message(role="user", content="a"),
+                Message(role="assistant", content="1"), Message(role="user", content="b"),
+                Message(role="assistant", content="2"), Message(role="user", content="c"),
+                Message(role="assistant", content="3")]
+    result = tiny_replay(registry, messages, names=("vandal",)).policies["vandal"]
+    assert not result.canonical_intact
+    assert not result.prefix_stable_between_installs
+
+
+def test_floor_is_a_lower_bound_for_resending_everything(registry: Registry) -> None:
+    settings = ReplaySettings(window=10_000_000, policies=("append-only",))
+    [result] = replay_sessions([demo_session(rounds=40)], settings, registry=registry)
+    cost = result.policies["append-only"].cost_usd
+    assert result.floor_cost_usd <= cost <= result.floor_cost_usd * 1.10
 
 
 def test_append_only_overflow_is_reported_as_failed(registry: Registry) -> None:

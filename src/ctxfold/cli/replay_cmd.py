@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxfold.kernel.errors import ConfigError
+from ctxfold.kernel.errors import ConfigError, CtxfoldError
 
 
 def register(subparsers: Any) -> None:
@@ -88,8 +88,12 @@ def run(args: argparse.Namespace) -> int:
     registry = load_registry(args)
     profile = args.profile or DEFAULT_PROFILE
     get_price(profile)  # unknown profiles fail before any work
-    window = args.window or (DEMO_WINDOW if args.demo and not args.paths
-                             else config.provider.context_window)
+    if args.window is not None:
+        window = args.window
+    elif args.demo and not args.paths:
+        window = DEMO_WINDOW
+    else:
+        window = profile_window(profile)
     if window <= 1024:
         raise ConfigError(f"--window {window}: must be more than 1024 tokens")
     ratio = args.compact_ratio if args.compact_ratio is not None else config.agent.compact_ratio
@@ -101,7 +105,15 @@ def run(args: argparse.Namespace) -> int:
         policies=_policies(args.policy, registry.names("policy")), format=args.format,
     )
     sessions = [demo_session()] if args.demo else []
-    sessions += [import_session(p, registry, args.format, config=config) for p in args.paths]
+    failures = 0
+    for path in expand_paths(args.paths, registry, args.format):
+        try:
+            sessions.append(import_session(path, registry, args.format, config=config))
+        except CtxfoldError as exc:  # one unreadable session must not hide the others
+            print(f"ctxfold: error: {exc}", file=sys.stderr)
+            failures += 1
+    if not sessions:
+        raise ConfigError("replay: no session could be read (see the errors above)")
     results = _run_with_progress(sessions, settings, registry, config)
     report = json.dumps(report_json(results, profile=profile, window=window), indent=2)
     if args.json_out and args.json_out != "-":
@@ -116,7 +128,48 @@ def run(args: argparse.Namespace) -> int:
         from ctxfold.replay.report_text import print_report
 
         print_report(results, profile=profile, window=window, file=sys.stdout)
-    return 0
+    return 1 if failures else 0
+
+
+def profile_window(profile: str) -> int:
+    """The context window of the emulator profile behind a pricing profile."""
+    from ctxfold.emulator.profiles import get_profile
+    from ctxfold.replay.pricing import get_price
+
+    return get_profile(get_price(profile).emulator_profile).window
+
+
+#: Files a directory walk offers to the importers (anything else, e.g. README.md, is skipped).
+SESSION_SUFFIXES = (".json", ".jsonl", ".traj", ".xml", ".ndjson")
+
+
+def expand_paths(paths: list[str], registry: Any, fmt: str | None) -> list[Path]:
+    """Each PATH as given, except that a directory no importer reads as one session (an
+    OpenHands conversation is one) is walked for the sessions inside it."""
+    from ctxfold.kernel.importing import detect_format
+
+    out: list[Path] = []
+
+    def walk(path: Path) -> None:
+        if path.is_dir():
+            try:
+                detect_format(path, registry)
+            except CtxfoldError:
+                for child in sorted(path.iterdir()):
+                    if child.is_dir() or child.suffix.lower() in SESSION_SUFFIXES:
+                        walk(child)
+                return
+        out.append(path)
+
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise ConfigError(f"replay: {path} does not exist")
+        if fmt is None and path.is_dir():
+            walk(path)
+        else:
+            out.append(path)
+    return out
 
 
 def _run_with_progress(sessions: list[Any], settings: Any, registry: Any, config: Any) -> Any:

@@ -291,6 +291,11 @@ class ContextManager:
         self.config = attrs.evolve(
             self.config, provider=attrs.evolve(self.config.provider, model=model)
         )
+        # The key is workspace | branch | model (SPEC §3.8): a new model is a new cache.
+        workspace, branch, _old = ([*self.state.prompt_cache_key.split("|"), "", "", ""])[:3]
+        self._committer.state = attrs.evolve(
+            self.state, prompt_cache_key=f"{workspace}|{branch}|{model}"
+        )
 
     def prune_stale_tool_results(self) -> int:
         """Compatibility no-op (origin §3.4): pruning only happens under pressure. Returns 0."""
@@ -310,7 +315,7 @@ class ContextManager:
 
     def resume(self, now: float | None = None) -> ResumeResult:
         """Label the cache warm/cold/unknown; never rewrites, installs or calls the network."""
-        last = self.store.last_activity(self.session_id)
+        last = self.store.last_activity(self.session_id) if self._canonical else None
         if last is None and self._canonical:
             stamp = parse_time(self._canonical[-1].created_at)
             last = stamp.timestamp() if stamp else None
@@ -368,22 +373,20 @@ class ContextManager:
 
 
 def _bounded(message: Message) -> Message:
-    """Tool results are bounded at creation (SPEC §3.7); the full text stays local."""
+    """Tool results are bounded at creation (SPEC §3.7); the full text stays local. A tool
+    message arriving with ``raw_content`` set is bounded from that full text."""
     from ctxfold.kernel.tool_results import TOOL_CONTENT_BOUND, bound_tool_content
 
-    if (
-        message.role != "tool"
-        or message.raw_content is not None
-        or (len(message.content) * 4 <= TOOL_CONTENT_BOUND
-        and len(message.content.encode()) <= TOOL_CONTENT_BOUND)
+    if message.role != "tool" or (
+        len(message.content) * 4 <= TOOL_CONTENT_BOUND
+        or len(message.content.encode()) <= TOOL_CONTENT_BOUND
     ):
         return message
+    full = message.raw_content if message.raw_content is not None else message.content
     content = bound_tool_content(
-        message.content, tool_name=message.name or "tool", call_id=message.tool_call_id or ""
+        full, tool_name=message.name or "tool", call_id=message.tool_call_id or ""
     )
-    if content == message.content:
-        return message
-    return attrs.evolve(message, content=content, raw_content=message.content)
+    return attrs.evolve(message, content=content, raw_content=full)
 
 
 def _stamped(message: Message) -> Message:

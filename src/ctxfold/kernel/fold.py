@@ -130,17 +130,33 @@ def fold_body(
     *,
     body_len: int,
     covered_count: int,
+    canonical: Sequence[Message],
 ) -> tuple[list[Message], int]:
     """New projection body and its ``covered_count`` after folding ``view[head:end]``.
 
     A fold ending inside the old body keeps the old coverage and carries the unfolded rest of
-    the old body verbatim; a fold reaching into the canonical tail extends coverage.
+    the old body verbatim; a fold reaching into the canonical tail extends coverage to the
+    canonical index of the first unfolded message (the view skips ``local_only`` messages,
+    so view positions are mapped back, never added).
     """
     body = [*view[: plan.head], summary]
     if plan.end <= body_len:
         body.extend(view[plan.end : body_len])
         return body, covered_count
-    return body, covered_count + (plan.end - body_len)
+    return body, canonical_index(canonical, covered_count, plan.end - body_len)
+
+
+def canonical_index(canonical: Sequence[Message], start: int, visible: int) -> int:
+    """Index in ``canonical`` of the ``visible``-th provider-visible message at or after
+    ``start`` (``len(canonical)`` when there are not that many)."""
+    seen = 0
+    for index in range(start, len(canonical)):
+        if canonical[index].local_only:
+            continue
+        if seen == visible:
+            return index
+        seen += 1
+    return len(canonical)
 
 
 CLIP_MARKER = "[... middle omitted from the summary request ...]"

@@ -253,7 +253,8 @@ class _Run:
         input_hash = cm.input_hash(self.view)
         self.summary_calls += 1
         cm.summary_calls += 1
-        cm.progress.summary_turn = cm.turn
+        if self.trigger != "manual":
+            cm.progress.summary_turn = cm.turn  # one turn never pays two automatic summaries
         try:
             text = validate_summary_result(cm.summarizer.summarize(request))
         except CtxfoldError as exc:
@@ -275,6 +276,7 @@ class _Run:
             summary,
             body_len=len(projection.messages) if projection else 0,
             covered_count=projection.covered_count if projection else 0,
+            canonical=cm.canonical,
         )
         canonical = cm.canonical
         candidate = body + [m for m in canonical[covered:] if not m.local_only]
@@ -330,8 +332,13 @@ def run_prepare(
         attempts = MANUAL_RESCUE_SUMMARIES
     outcome = ""
     for _ in range(attempts):
-        if trigger == "pressure" and run.summary_calls == 0 and progress.summary_turn == cm.turn:
-            break  # one turn never pays two automatic summaries
+        if (
+            trigger == "pressure"
+            and run.summary_calls == 0
+            and progress.summary_turn == cm.turn
+            and run.tokens < hard
+        ):
+            break  # one turn never pays two automatic summaries (a rescue above hard may)
         outcome = run.fold(forced=trigger == "manual" or must_free)
         if outcome != "installed":
             break

@@ -82,9 +82,17 @@ def _room(cm: ContextManager, prompt_tokens: int) -> int:
 
 
 def _learn(cm: ContextManager, request: ChatRequest, exc: ContextLimitError) -> None:
-    """Learn the window (effective = min(configured, learned)) and calibrate from the error."""
-    if exc.window > 0:
-        cm.learned_window = min(cm.learned_window or exc.window, exc.window)
+    """Learn the window (effective = min(configured, learned)) and calibrate from the error.
+
+    A body without numbers (OpenAI's ``context_length_exceeded``) still proves that the
+    window is below this request: the request's own estimate becomes the learned window, so
+    the overflow checkpoint folds below it instead of finding nothing to do.
+    """
+    window = exc.window
+    if window <= 0 and exc.prompt <= 0:
+        window = cm.estimate(request.messages)
+    if window > 0:
+        cm.learned_window = min(cm.learned_window or window, window)
     if exc.prompt > 0:
         shape = RequestShape(list(request.messages), request.tools)
         cm.estimator.calibrate(shape, Usage(prompt_tokens=exc.prompt))

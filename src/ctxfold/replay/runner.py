@@ -234,19 +234,25 @@ class _Track:
 
 def floor_cost(messages: Sequence[Message], tools: Sequence[ToolSchema], estimator: Estimator,
                tokens: Any, price: Price) -> float:
-    """Cost if every token were paid as a miss exactly once and every resend hit: the final
-    transcript's tokens at the miss price once, every re-sent token (sum of the append-only
-    requests minus the final transcript) at the hit price, plus the outputs."""
+    """The physical limit for resending this session's full history: every prompt token new
+    to the conversation paid once at the miss price, every resent token (the previous
+    prompt and the previous reply, which the provider caches) at the hit price, every reply
+    at the output price. Messages after the last assistant reply are never sent."""
     from ctxfold.emulator.tokens import assistant_body, encode_segments
 
-    sent = 0
-    outputs = 0
+    hits = misses = outputs = 0
+    reusable = 0  # tokens of the previous request plus its reply
     for i, message in enumerate(messages):
-        if message.role == "assistant":
-            sent += estimator.estimate(RequestShape(list(messages[:i]), list(tools)))
-            outputs += len(encode_segments(tokens, [assistant_body(message)]))
-    final = estimator.estimate(RequestShape(list(messages), list(tools)))
-    return price.cost(max(0, sent - final), final, outputs)
+        if message.role != "assistant":
+            continue
+        prompt = estimator.estimate(RequestShape(list(messages[:i]), list(tools)))
+        new = max(0, prompt - reusable)
+        misses += new
+        hits += prompt - new
+        output = len(encode_segments(tokens, [assistant_body(message)]))
+        outputs += output
+        reusable = prompt + output
+    return price.cost(hits, misses, outputs)
 
 
 def replay_session(

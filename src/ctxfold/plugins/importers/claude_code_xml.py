@@ -11,6 +11,7 @@ with ``iterparse`` and each ``<message>`` is cleared after use, so memory stays 
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,7 +93,11 @@ class ClaudeCodeXmlImporter:
     priority = 20
 
     def sniff(self, path: Path) -> bool:
-        return b"<claude-session" in read_head(path, 4096)
+        # The export's root element must open the document (after an XML declaration or
+        # comments); a README that merely mentions the tag is not an export.
+        head = read_head(path, 4096).lstrip(b"\xef\xbb\xbf").lstrip()
+        head = re.sub(rb"^(<\?xml[^>]*\?>\s*|<!--.*?-->\s*)*", b"", head, flags=re.S)
+        return head.startswith(b"<claude-session")
 
     def load(self, path: Path) -> ImportedSession:
         builder = SessionBuilder(path, NAME)

@@ -33,8 +33,11 @@ DEFAULTS = ProviderDefaults(
 _EFFORT = {"low": "low", "medium": "high", "high": "high", "max": "max"}
 
 
-#: DeepSeek's own output cap when ``max_tokens`` is omitted (providers.md §1.2).
-DEEPSEEK_SERVER_MAX_OUTPUT = 384_000
+def server_default_max_tokens(effort: str) -> int:
+    """DeepSeek's ``max_tokens`` when the field is omitted (providers.md §1.2)."""
+    if effort == "none":
+        return 8_192
+    return 131_072 if effort == "max" else 65_536
 
 
 class DeepSeekTranslator(ChatCompletionsTranslator):
@@ -44,13 +47,14 @@ class DeepSeekTranslator(ChatCompletionsTranslator):
 
     def budget_fields(self, request: ChatRequest) -> dict[str, Any]:
         """``max_tokens`` for a positive user cap (clipped to the window's output room); at 0
-        the field is omitted unless the room left in the window is tighter than the server's
-        own cap, then the clipped value is sent (origin §3.13)."""
+        the field is omitted, unless the room left in the window is smaller than the server's
+        own default for this effort (8K plain, 64K thinking, 128K max; providers.md §1.2):
+        then the clipped value is sent (origin §3.13)."""
         room = request.output_room
         if request.max_output_tokens > 0:
             cap = request.max_output_tokens
             return {"max_tokens": min(cap, room) if room > 0 else cap}
-        if 0 < room < DEEPSEEK_SERVER_MAX_OUTPUT:
+        if 0 < room < server_default_max_tokens(request.effort):
             return {"max_tokens": room}
         return {}
 
