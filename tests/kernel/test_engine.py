@@ -231,14 +231,24 @@ def test_compaction_required_when_nothing_folds(open_session) -> None:
 
 
 def test_refreshed_system_prompt_keeps_projection(open_session, tmp_path) -> None:
+    """A host that rewrites its system prompt in place keeps the checkpoint it paid for."""
+    import attrs as _attrs
+
+    from ctxfold.plugins.stores.jsonl import encode_lines, parse_transcript
+
     cm = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
     seed(cm)
     rounds(cm, 30, 1_500)
     cm.prepare()
     assert cm.state.projection is not None
+    path = Path(cm.config.store.path) / "s.jsonl"
+    messages = list(parse_transcript(path.read_bytes(), path).messages)
+    messages[0] = _attrs.evolve(messages[0], content="You are a coding agent. Today is Monday.")
+    path.write_bytes(encode_lines(messages))
     reopened = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
     assert reopened.state.projection is not None
     assert reopened.state.projection.projection_version == cm.state.projection.projection_version
+    assert reopened.view()[0].content.endswith("Today is Monday.")
 
 
 def test_cold_resume_is_read_only(open_session) -> None:
@@ -252,9 +262,13 @@ def test_cold_resume_is_read_only(open_session) -> None:
         def complete(self, request):  # pragma: no cover - must never be called
             raise AssertionError("resume called the provider")
 
-    reopened = open_session(
-        window=20_000, ratio=0.5, provider=NoProvider(), summarizer=RecordingSummarizer()
+    from tests.conftest import make_config
+
+    config = make_config(Path(cm.config.store.path).parent, window=20_000, ratio=0.5)
+    config = __import__("attrs").evolve(
+        config, summarizer=__import__("attrs").evolve(config.summarizer, name="llm")
     )
+    reopened = open_session(config=config, provider=NoProvider())
     result = reopened.resume(now=transcript.stat().st_mtime + 25 * 3600)
     assert result.cache_state is CacheState.COLD
     assert "compaction deferred" in result.notice

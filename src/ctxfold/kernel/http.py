@@ -231,9 +231,12 @@ class HttpClient:
             )
         return key or None
 
-    def post_json(self, path: str, body: Mapping[str, Any]) -> JsonResult:
-        """POST ``body`` and parse a JSON answer (blank keep-alive lines before it are fine)."""
-        response, key = self._send(path, body, stream=False)
+    def post_json(
+        self, path: str, body: Mapping[str, Any], *, max_retries: int | None = None
+    ) -> JsonResult:
+        """POST ``body`` and parse a JSON answer (blank keep-alive lines before it are fine).
+        ``max_retries`` overrides the settings for this request (0: exactly one attempt)."""
+        response, key = self._send(path, body, stream=False, max_retries=max_retries)
         try:
             dog = _Watchdog(self, idle=None)  # blank lines are the only thing a wait sends
             response.stream = _WatchedStream(response.stream, dog)
@@ -253,10 +256,13 @@ class HttpClient:
         return JsonResult(data=data, request_id=_request_id(response))
 
     @contextmanager
-    def stream_events(self, path: str, body: Mapping[str, Any]) -> Iterator[EventStream]:
+    def stream_events(
+        self, path: str, body: Mapping[str, Any], *, max_retries: int | None = None
+    ) -> Iterator[EventStream]:
         """POST ``body`` and yield the :class:`EventStream`; the response is closed on exit
-        (also on KeyboardInterrupt or any exception raised by the consumer)."""
-        response, key = self._send(path, body, stream=True)
+        (also on KeyboardInterrupt or any exception raised by the consumer).
+        ``max_retries`` overrides the settings for this request (0: exactly one attempt)."""
+        response, key = self._send(path, body, stream=True, max_retries=max_retries)
         dog = _Watchdog(self, idle=self.settings.idle_timeout)
         response.stream = _WatchedStream(response.stream, dog)
         try:
@@ -315,9 +321,10 @@ class HttpClient:
         return headers
 
     def _send(
-        self, path: str, body: Mapping[str, Any], *, stream: bool
+        self, path: str, body: Mapping[str, Any], *, stream: bool, max_retries: int | None = None
     ) -> tuple[httpx.Response, str | None]:
         s = self.settings
+        retries = s.max_retries if max_retries is None else max_retries
         url = self.url_for(path)
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         attempt = 0
@@ -345,7 +352,7 @@ class HttpClient:
                 delay_headers = response.headers
                 if not retryable:
                     raise error
-            if attempt >= s.max_retries:
+            if attempt >= retries:
                 raise error
             self.sleep(calculate_retry_timeout(attempt, delay_headers))
             attempt += 1

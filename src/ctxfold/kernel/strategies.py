@@ -173,6 +173,9 @@ class ChatRequest:
     stream: bool = True
     cache_key: str = ""
     output_room: int = 0
+    #: Transport retries for this request (``None``: the provider's setting). Summary
+    #: requests use 0: exactly one call, no retry (SPEC §3.4).
+    max_retries: int | None = None
 
 
 @attrs.frozen

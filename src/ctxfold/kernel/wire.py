@@ -148,10 +148,14 @@ class HttpProvider:
         assembler: StreamAssembler | None = None
         try:
             if not request.stream:
-                result = self.http.post_json(self.translator.path, body)
+                result = self.http.post_json(
+                    self.translator.path, body, max_retries=request.max_retries
+                )
                 return self.translator.parse_response(result.data, result.request_id)
             assembler = self.translator.new_stream()
-            with self.http.stream_events(self.translator.path, body) as stream:
+            with self.http.stream_events(
+                self.translator.path, body, max_retries=request.max_retries
+            ) as stream:
                 for event in stream:
                     if assembler.feed(event):
                         break

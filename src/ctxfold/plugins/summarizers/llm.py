@@ -43,6 +43,7 @@ class LLMSummarizer:
             effort="none",
             stream=True,
             cache_key=request.cache_key,
+            max_retries=0,  # exactly one call (SPEC §3.4): no transport retry either
         )
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
