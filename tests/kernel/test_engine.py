@@ -335,3 +335,29 @@ def test_oversized_message_is_clipped_in_the_summary_request(open_session) -> No
     assert prepared.tokens < cm.hard_ceiling and prepared.projection_version == 1
     # Canonical keeps the full message.
     assert any(m.content.startswith("plan: ") and len(m.content) > 20_000 for m in cm.canonical)
+
+
+def test_append_refuses_what_the_transcript_could_not_load(open_session) -> None:
+    from ctxfold.kernel.convert import InteropError, message_from_openai
+    from ctxfold.kernel.errors import SessionError
+
+    cm = open_session()
+    with pytest.raises(InteropError, match="tool_call_id must be a string"):
+        message_from_openai({"role": "tool", "content": "ok", "tool_call_id": 7})
+    with pytest.raises(InteropError, match="local_only must be true or false"):
+        message_from_openai({"role": "user", "content": "x", "local_only": "false"})
+    with pytest.raises(SessionError, match="nothing was appended"):
+        cm.append(Message(role="user", content="fine"),
+                  Message(role="tool", content="ok", tool_call_id=7))  # type: ignore[arg-type]
+    assert cm.canonical == ()
+    cm.append(Message(role="user", content="fine"))
+    assert len(open_session().canonical) == 1  # the session still opens
+
+
+def test_tool_result_with_raw_content_is_still_bounded(open_session) -> None:
+    cm = open_session()
+    full = "x" * 100_000
+    cm.append(Message(role="tool", content=full, raw_content=full, tool_call_id="c1",
+                      name="bash"))
+    stored = cm.canonical[-1]
+    assert len(stored.content.encode()) <= 32_768 and stored.raw_content == full

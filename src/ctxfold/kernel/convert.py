@@ -80,6 +80,37 @@ def _make_converter() -> cattrs.Converter:
 converter = _make_converter()
 
 
+_OPTIONAL_TEXT = ("raw_content", "tool_call_id", "name", "reasoning_content")
+
+
+def check_message(message: Message, *, where: str = "message") -> Message:
+    """Check field types the way transcript loading will (strict), so nothing is appended
+    that the session could not read back. Raises :class:`InteropError` naming the field."""
+    if message.role not in ("system", "user", "assistant", "tool"):
+        raise InteropError(f"{where}: role {message.role!r} is not system/user/assistant/tool")
+    if not isinstance(message.content, str):
+        raise InteropError(f"{where}: content must be a string, got "
+                           f"{type(message.content).__name__}")
+    for field in _OPTIONAL_TEXT:
+        value = getattr(message, field)
+        if value is not None and not isinstance(value, str):
+            raise InteropError(f"{where}: {field} must be a string or absent, got "
+                               f"{type(value).__name__} {value!r:.40}")
+    for field in ("local_only", "partial"):
+        if not isinstance(getattr(message, field), bool):
+            raise InteropError(f"{where}: {field} must be true or false")
+    if message.origin not in ("user", "host"):
+        raise InteropError(f"{where}: origin {message.origin!r} is not user/host")
+    if not isinstance(message.created_at, str) or not isinstance(message.id, str):
+        raise InteropError(f"{where}: created_at and id must be strings")
+    for i, call in enumerate(message.tool_calls):
+        if not isinstance(call, ToolCall) or not all(
+            isinstance(v, str) for v in (call.id, call.name, call.arguments)
+        ):
+            raise InteropError(f"{where}: tool_calls[{i}] needs string id, name and arguments")
+    return message
+
+
 def message_to_dict(message: Message) -> dict[str, Any]:
     """Unstructure a message for a transcript line (defaults omitted)."""
     data: dict[str, Any] = converter.unstructure(message)
@@ -150,7 +181,10 @@ def message_from_openai(data: Mapping[str, Any], *, where: str = "message") -> M
         calls.append(ToolCall(id=str(call.get("id", "")), name=str(fn.get("name", "")),
                               arguments=args))
     origin = data.get("origin", "user")
-    return Message(
+    for flag in ("local_only", "partial"):
+        if not isinstance(data.get(flag, False), bool):
+            raise InteropError(f"{where}: {flag} must be true or false, got {data[flag]!r:.40}")
+    message = Message(
         role=cast(Role, role),
         content=_text_of(data.get("content"), where),
         raw_content=data.get("raw_content"),
@@ -164,6 +198,7 @@ def message_from_openai(data: Mapping[str, Any], *, where: str = "message") -> M
         created_at=str(data.get("created_at", "")),
         id=str(data.get("id", "")),
     )
+    return check_message(message, where=where)
 
 
 def message_to_openai(message: Message, *, local_fields: bool = True) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import attrs
 
 from ctxfold.kernel import fold as folding
 from ctxfold.kernel.commit import Capture, Committer
+from ctxfold.kernel.errors import SessionError
 from ctxfold.kernel.fingerprint import fingerprint
 from ctxfold.kernel.strategies import Estimator, Pruner, Store, Summarizer
 from ctxfold.kernel.types import (
@@ -237,6 +238,13 @@ class ContextManager:
 
     def append(self, *messages: Message) -> None:
         """Append messages to the canonical transcript (tool results bounded at creation)."""
+        from ctxfold.kernel.convert import InteropError, check_message
+
+        try:
+            for i, message in enumerate(messages):
+                check_message(message, where=f"session {self.session_id!r}: append #{i}")
+        except InteropError as exc:
+            raise SessionError(f"{exc}; nothing was appended") from None
         prepared = [_stamped(_bounded(m)) for m in messages]
         with self._lock:
             self.store.append(self.session_id, prepared)
