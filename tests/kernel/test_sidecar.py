@@ -279,3 +279,24 @@ def test_promoted_and_refreshed_system_together(
     assert state.projection.messages[0] == canonical[0]
     assert state.projection.covered_prefix_hash == covered_prefix_hash(canonical, 4)
     assert len(notices) == 1 and "promoted" in notices[0] and "system prompt" in notices[0]
+
+
+def test_invalid_projection_keeps_readable_receipt_and_telemetry(
+    store: FsStore, codec: SidecarCodec, canonical: list[Message]
+) -> None:
+    import json as _json
+
+    data = _json.loads((FIXTURES / "v3.json").read_text())
+    assert data.get("last_receipt")
+    data["projection"]["covered_count"] = "four"
+    data["telemetry"] = [{"kind": "install", "trigger": "pressure", "action": "summary",
+                          "tokens_before": 900, "tokens_after": 300}]
+    (store.root / "s.context.json").write_text(_json.dumps(data))
+    with pytest.warns(StoreWarning, match="discarded"):
+        state, notices = load_sidecar(store, codec, "s", canonical)
+    assert state.projection is None
+    assert state.last_receipt is not None
+    assert state.last_receipt.operation_id == data["last_receipt"]["operation_id"]
+    assert state.generation == data["generation"]
+    assert [t.tokens_before for t in state.telemetry] == [900]
+    assert "receipt and telemetry were kept" in notices[0]

@@ -71,21 +71,58 @@ def load_sidecar(
     → :class:`SidecarVersionError` (the file is left alone). Nothing is written otherwise:
     a re-normalised or dropped projection is only persisted by the next save.
     """
+    data: Any = None
     try:
         raw = store.read_sidecar(session_id)
         if raw is None:
             return fresh_state(), []
-        state = codec.decode(json.loads(raw.decode("utf-8")))
+        data = json.loads(raw.decode("utf-8"))
+        state = codec.decode(data)
     except SidecarVersionError:
         raise
     except (SidecarError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = f"unreadable or invalid: {exc}"
         store.discard_sidecar(session_id, reason)
-        return fresh_state(), [
-            f"session {session_id!r}: sidecar discarded ({reason}); "
+        salvaged = _salvage(codec, data) if isinstance(data, dict) else None
+        kept = ("; its readable receipt and telemetry were kept" if salvaged is not None
+                else "")
+        return salvaged or fresh_state(), [
+            f"session {session_id!r}: sidecar discarded ({reason}){kept}; "
             "the context view was rebuilt from the transcript"
         ]
     return validate_projection(state, canonical, session_id)
+
+
+def _salvage(codec: SidecarCodec, data: dict[str, Any]) -> SidecarState | None:
+    """What an invalid sidecar still holds that reads cleanly: everything but the projection
+    body, or failing that the receipt and the telemetry each on their own (SPEC §1.11: the
+    projection body is dropped, readable receipts and telemetry are kept)."""
+    version = {"schema_version": data.get("schema_version", 0)}
+    attempts = [
+        {k: v for k, v in data.items() if k != "projection"},
+        {**version, "generation": data.get("generation", 0),
+         "last_receipt": data.get("last_receipt")},
+        {**version, "telemetry": data.get("telemetry")},
+    ]
+    parts: list[SidecarState] = []
+    for attempt in attempts:
+        try:
+            parts.append(codec.decode(attempt))
+        except (SidecarError, ValueError, TypeError, KeyError):
+            continue
+        if attempt is attempts[0]:
+            return parts[0]
+    if not parts:
+        return None
+    receipt = next((p for p in parts if p.last_receipt is not None), None)
+    telemetry = next((p.telemetry for p in parts if p.telemetry), ())
+    if receipt is None and not telemetry:
+        return None
+    return SidecarState(
+        generation=receipt.generation if receipt else 0,
+        last_receipt=receipt.last_receipt if receipt else None,
+        telemetry=telemetry,
+    )
 
 
 def _leading_system(messages: Sequence[Message]) -> int:
