@@ -123,3 +123,24 @@ def test_migrate_missing_file_names_it(project: Path, capsys: pytest.CaptureFixt
     assert main(["config", "migrate", "nope.toml"]) == 1
     err = capsys.readouterr().err
     assert "nope.toml" in err and "does not exist" in err
+
+
+def test_unknown_strategy_name_fails_naming_file_and_key(tmp_path, capsys) -> None:
+    from ctxfold.cli.main import main
+
+    config = tmp_path / "ctxfold.toml"
+    config.write_text('[estimator]\nname = "nope"\n')
+    session = tmp_path / "s.json"
+    session.write_text('[{"role": "user", "content": "hi"}]')
+    assert main(["--config", str(config), "estimate", str(session)]) == 1
+    err = capsys.readouterr().err
+    assert str(config) in err and "estimator.name = 'nope'" in err and "heuristic" in err
+
+
+def test_unknown_disabled_plugin_is_reported(tmp_path, capsys) -> None:
+    from ctxfold.cli.main import main
+
+    config = tmp_path / "ctxfold.toml"
+    config.write_text('[plugins]\ndisabled = ["heuristic-typo"]\n')
+    assert main(["--config", str(config), "plugins", "--json"]) == 0
+    assert "'heuristic-typo'" in capsys.readouterr().err

@@ -74,9 +74,26 @@ def load_cli_config(args: argparse.Namespace) -> LoadedConfig:
     return loaded
 
 
-def load_registry(args: argparse.Namespace) -> Registry:
-    """The strategy registry, honouring ``[plugins] disabled``."""
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
+def load_registry(args: argparse.Namespace, *, validate: bool = True) -> Registry:
+    """The strategy registry, honouring ``[plugins] disabled``.
+
+    With ``validate`` (every command but the diagnostic ones: ``plugins``, ``config``), a
+    strategy name in config that no plugin registers fails here, naming the file, the key,
+    the value and the available names.
+    """
+    import sys
+
+    from ctxfold.config.load import validate_strategy_names
+    from ctxfold.kernel.registry import Registry, make_plugin_manager, unknown_disabled
 
     loaded = load_cli_config(args)
-    return Registry(make_plugin_manager(loaded.config.plugins.disabled))
+    disabled = loaded.config.plugins.disabled
+    for name in unknown_disabled(disabled):
+        print(f"ctxfold: warning: {loaded.sources.get('plugins.disabled', 'config')}: "
+              f"plugins.disabled names {name!r}, which is no built-in plugin module (e.g. "
+              "'estimators.heuristic') and no installed entry point; nothing was disabled "
+              "for it", file=sys.stderr)
+    registry = Registry(make_plugin_manager(disabled))
+    if validate:
+        validate_strategy_names(loaded, registry)
+    return registry

@@ -115,7 +115,7 @@ def _warn_unknown_strategies(args: argparse.Namespace, loaded: Any) -> None:
     from ctxfold.kernel.errors import CtxfoldError
 
     try:
-        validate_strategy_names(loaded, load_registry(args))
+        validate_strategy_names(loaded, load_registry(args, validate=False))
     except CtxfoldError as exc:
         print(f"ctxfold: warning: {exc}", file=sys.stderr)
 

@@ -63,6 +63,18 @@ def make_plugin_manager(
     return pm
 
 
+def unknown_disabled(disabled: Iterable[str]) -> list[str]:
+    """Entries of ``[plugins] disabled`` that name no built-in module and no installed
+    entry point (a typo, or a plugin that is not installed here)."""
+    from importlib.metadata import entry_points
+
+    known = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    for module in builtin_plugin_modules():
+        known.add(module)
+        known.add(module.removeprefix(BUILTIN_PLUGINS_MODULE + "."))
+    return [name for name in disabled if name not in known]
+
+
 def _source_of(pm: pluggy.PluginManager, plugin_name: str, plugin: object) -> str:
     for registered, dist in pm.list_plugin_distinfo():
         if registered is plugin:
