@@ -268,3 +268,9 @@ def test_array_of_agent_tables_is_not_the_agent_table(tmp_path: Path) -> None:
     path = _write(tmp_path / "c.toml", original)
     assert not migrate_file(path).changed
     assert path.read_text() == original
+
+
+def test_migrate_leaves_no_lock_file_beside_the_config(tmp_path: Path) -> None:
+    path = _write(tmp_path / "ctxfold.toml", "[agent]\nsoft_compact_ratio = 0.5\n")
+    assert migrate_file(path).changed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ctxfold.toml"]

@@ -325,12 +325,18 @@ def strip_keys(
 
 
 def _lock_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.lock")
+    """A lock file in the temp directory, keyed by the config's resolved path: nothing is
+    left beside the user's config (it would show up in their repository)."""
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:24]
+    return Path(tempfile.gettempdir()) / f"ctxfold-config-{digest}.lock"
 
 
 @contextmanager
 def config_lock(path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
-    """Hold the config-edit lock of ``path`` (a hidden ``.<name>.lock`` file beside it).
+    """Hold the config-edit lock of ``path`` (a file in the temp directory keyed by it).
 
     Every ctxfold command that rewrites a config file takes this lock, so two concurrent
     edits cannot lose each other's changes.

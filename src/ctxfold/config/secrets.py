@@ -22,9 +22,19 @@ def is_secret_key(name: str) -> bool:
     return any(word in low for word in _SECRET_WORDS)
 
 
+_QUERY_SECRET = re.compile(r"(?P<name>[?&;][^=&;#\s]*=)(?P<value>[^&;#\s]*)")
+
+
 def mask_url_credentials(text: str) -> str:
-    """Replace ``user:password@`` in URLs inside ``text`` with ``***@``."""
-    return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+    """Replace ``user:password@`` in URLs inside ``text`` with ``***@``, and the value of
+    any query parameter whose name looks secret (``?api_key=…``, ``&token=…``)."""
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+
+    def query(m: re.Match[str]) -> str:
+        name = m["name"][1:-1]
+        return f"{m['name']}{MASK}" if is_secret_key(name) else m.group(0)
+
+    return _QUERY_SECRET.sub(query, text)
 
 
 def redact(key: str, value: Any) -> Any:

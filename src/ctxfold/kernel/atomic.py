@@ -12,8 +12,19 @@ DIR_MODE = 0o700
 
 
 def ensure_dir(path: Path) -> None:
-    """Create ``path`` (and parents) with mode 0700 if missing."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    """Create ``path`` and any missing parents, each with mode 0700 (``mkdir(parents=True)``
+    would give the parents the umask's mode); existing directories are left alone."""
+    path = Path(path)
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            directory.mkdir(mode=DIR_MODE)
+            os.chmod(directory, DIR_MODE)  # mkdir's mode is masked by the umask
 
 
 def fsync_dir(path: Path) -> None:
