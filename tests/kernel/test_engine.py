@@ -361,3 +361,27 @@ def test_tool_result_with_raw_content_is_still_bounded(open_session) -> None:
                       name="bash"))
     stored = cm.canonical[-1]
     assert len(stored.content.encode()) <= 32_768 and stored.raw_content == full
+
+
+def test_manual_compact_with_nothing_to_fold_is_a_noop_receipt(open_session) -> None:
+    cm = open_session(window=1_000_000)
+    seed(cm)
+    rounds(cm, 2, 200)
+    prepared = cm.compact()
+    receipt = cm.state.last_receipt
+    assert receipt is not None and receipt.status is ReceiptStatus.NOOP
+    assert "nothing to fold" in receipt.reason and prepared.projection_version == 0
+
+
+def test_manual_compact_does_not_spend_the_turns_automatic_summary(open_session) -> None:
+    summarizer = RecordingSummarizer()
+    cm = open_session(window=20_000, ratio=0.5, summarizer=summarizer)
+    seed(cm)
+    rounds(cm, 30, 1_500)
+    cm.compact()
+    assert len(summarizer.requests) == 1
+    turn = cm.turn
+    cm.append(*[Message(role="user", content=f"paste {i} " * 1_000) for i in range(4)])
+    assert cm.turn == turn and cm.estimate() >= cm.trigger_tokens
+    cm.prepare()
+    assert len(summarizer.requests) >= 2  # pressure may still summarize in this turn

@@ -51,7 +51,11 @@ class PreparedRequest:
     projection_version: int
     trigger_tokens: int
     summary_calls: int = 0
+    #: ``none`` (nothing done), ``prune``/``summary`` (the last install), or
+    #: ``blocked``/``failed`` (an attempt left a receipt but installed nothing).
     action: str = "none"
+    #: Whether this prepare() installed a prune (possibly followed by a summary).
+    pruned: bool = False
 
 
 @attrs.frozen
@@ -272,7 +276,7 @@ class ContextManager:
             prepared = run_prepare(self, trigger, focus)
             self._last_shape = RequestShape(list(prepared.messages), self.tools)
         hook = self._committer.hooks
-        if hook is not None:
+        if hook is not None and prepared.action != "none":  # below the trigger: no event
             hook.ctxfold_after_prepare(
                 session_id=self.session_id, messages=prepared.messages, tokens=prepared.tokens
             )
@@ -304,6 +308,13 @@ class ContextManager:
         self._committer.state = attrs.evolve(
             self.state, prompt_cache_key=f"{workspace}|{branch}|{model}"
         )
+
+    def use_capability(self, arguments: Any) -> str:
+        """Answer a model's ``use_capability`` tool call (``session:tool_result`` paging)
+        from this session's own transcript only. Errors come back as text for the model."""
+        from ctxfold.kernel.capability import handle_use_capability
+
+        return handle_use_capability(self._canonical, arguments)
 
     def prune_stale_tool_results(self) -> int:
         """Compatibility no-op (origin §3.4): pruning only happens under pressure. Returns 0."""

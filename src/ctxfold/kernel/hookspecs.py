@@ -151,7 +151,9 @@ def ctxfold_after_install(session_id: str, receipt: Receipt) -> None:
 
 @hookspec
 def ctxfold_after_prepare(session_id: str, messages: Sequence[Message], tokens: int) -> None:
-    """Called after ``prepare()`` with the provider-visible messages and their estimate.
+    """Called after a ``prepare()`` that maintained (pruned, summarized, or recorded a
+    blocked/failed attempt), with the provider-visible messages and their estimate.
 
+    Never called below the trigger, where ``prepare()`` has no effects at all (SPEC §1.2).
     Return values are ignored.
     """

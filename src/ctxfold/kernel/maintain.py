@@ -39,6 +39,10 @@ MAX_SUMMARIES = {"pressure": 2, "overflow": 1, "manual": 1}
 MANUAL_RESCUE_SUMMARIES = 4
 ABOVE_TRIGGER = "summary result remains above fold trigger after {n} attempts"
 NO_REGION = "above the maintenance threshold but no foldable region remains"
+NOTHING_TO_FOLD = (
+    "nothing to fold: the recent tail (16% of the window) and the pinned head already hold "
+    "the whole conversation"
+)
 NOT_SMALLER = "checkpoint candidate is not smaller than the request it replaces"
 ABOVE_CEILING = "checkpoint candidate is not below the hard ceiling"
 NO_SAFE_PREFIX = "no summary request fits the window"
@@ -56,6 +60,7 @@ class _Run:
         self.view = list(view)
         self.summary_calls = 0
         self.action = "none"
+        self.pruned = False
 
     def result(self) -> PreparedRequest:
         from ctxfold.kernel.engine import PreparedRequest
@@ -69,6 +74,7 @@ class _Run:
             trigger_tokens=self.cm.trigger_tokens,
             summary_calls=self.summary_calls,
             action=self.action,
+            pruned=self.pruned,
         )
 
     def refresh(self) -> None:
@@ -77,6 +83,8 @@ class _Run:
 
     def receipt(self, status: ReceiptStatus, reason: str, action: ReceiptAction) -> Receipt:
         cm = self.cm
+        if self.action == "none":
+            self.action = status.value
         return cm.committer.record(
             blocked_receipt(
                 status,
@@ -174,6 +182,7 @@ class _Run:
         ):
             return False
         self.action = "prune"
+        self.pruned = True
         self.refresh()
         return True
 
@@ -207,7 +216,10 @@ class _Run:
         window = cm.window
         planned = folding.plan_fold(self.view, window, cm._count, forced=forced)
         if planned is None:
-            self.receipt(ReceiptStatus.BLOCKED, NO_REGION, ReceiptAction.NOOP)
+            if self.trigger == "manual":  # asked for, but there is simply nothing to fold
+                self.receipt(ReceiptStatus.NOOP, NOTHING_TO_FOLD, ReceiptAction.NOOP)
+            else:  # blocked: not retried for this view in this generation
+                self.receipt(ReceiptStatus.BLOCKED, NO_REGION, ReceiptAction.NOOP)
             return "noop"
         plan = planned
         system = self.view[0] if self.view and self.view[0].role == "system" else None

@@ -81,6 +81,8 @@ class CtxfoldPolicy:
     def request(self) -> PolicyRequest:
         self._flush()
         before = len(self.recorder.calls)
+        state = self.manager.state.projection
+        version = state.projection_version if state else 0
         try:
             prepared = self.manager.prepare()
         except MaintenanceError as exc:
@@ -92,8 +94,8 @@ class CtxfoldPolicy:
         return PolicyRequest(
             messages=prepared.messages,
             summaries=calls,
-            installed=prepared.action != "none",
-            prunes=1 if prepared.action == "prune" else 0,
+            installed=prepared.projection_version != version,
+            prunes=1 if prepared.pruned else 0,
         )
 
     def canonical(self) -> tuple[Message, ...]:
