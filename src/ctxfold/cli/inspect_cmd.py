@@ -62,7 +62,7 @@ def read_canonical(handle: StoreHandle, session_id: str) -> tuple[list[Message],
 def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message]
                ) -> tuple[SidecarState, bool, str, list[str]]:
     """Decode and validate the sidecar without writing; (state, present, error, notices)."""
-    from ctxfold.kernel.errors import CtxfoldError
+    from ctxfold.kernel.errors import CtxfoldError, SidecarVersionError
     from ctxfold.kernel.sidecar import fresh_state, sidecar_codec, validate_projection
 
     try:
@@ -70,6 +70,10 @@ def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message
         if raw is None:
             return fresh_state(), False, "", []
         state = sidecar_codec(handle.registry, handle.config).decode(json.loads(raw))
+    except SidecarVersionError as exc:
+        error = (f"{exc}; opening the session fails and keeps the file until ctxfold is "
+                 "upgraded")
+        return fresh_state(), True, error, [error]
     except (CtxfoldError, ValueError, TypeError, KeyError, RecursionError) as exc:
         error = f"sidecar unreadable or invalid ({exc}); opening the session discards it"
         return fresh_state(), True, error, [error]

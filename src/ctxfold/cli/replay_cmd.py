@@ -63,10 +63,15 @@ def _policies(spec: str, available: list[str]) -> tuple[str, ...]:
 
 
 def _write(path: str, text: str) -> None:
+    import os
+
     from ctxfold.kernel.atomic import atomic_write
 
+    umask = os.umask(0)
+    os.umask(umask)
     try:
-        atomic_write(Path(path), text.encode("utf-8"))
+        # Reports are meant to be shared: the user's umask decides, not the 0600 of sessions.
+        atomic_write(Path(path), text.encode("utf-8"), mode=0o666 & ~umask)
     except OSError as exc:
         raise ConfigError(f"cannot write report {path}: {exc}; check the directory") from exc
 

@@ -1,0 +1,79 @@
+"""`ctxfold replay` argument handling: directories, bad paths, report file modes."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from ctxfold.cli.main import main
+from ctxfold.cli.replay_cmd import expand_paths, profile_window
+from ctxfold.kernel.registry import Registry, make_plugin_manager
+
+TRANSCRIPTS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "transcripts"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    return Registry(make_plugin_manager(load_entry_points=False))
+
+
+def test_a_folder_of_sessions_is_walked(registry: Registry, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("About <claude-session> exports.")
+    (tmp_path / "notes.xml").write_text("Notes: the <claude-session> tag is the root.")
+    for name in ("openai.jsonl", "mini_v2.traj.json"):
+        (tmp_path / name).write_bytes((FIXTURES / name).read_bytes())
+    found = expand_paths([str(tmp_path)], registry, None)
+    assert sorted(p.name for p in found) == ["mini_v2.traj.json", "notes.xml", "openai.jsonl"]
+
+
+@pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"{TRANSCRIPTS} is absent")
+def test_the_shared_transcripts_folder_expands_to_every_session(registry: Registry) -> None:
+    found = expand_paths([str(TRANSCRIPTS)], registry, None)
+    assert len(found) >= 10
+    assert not any(p.name == "README.md" for p in found)
+
+
+def test_readme_mentioning_the_xml_root_is_not_an_export(registry: Registry,
+                                                         tmp_path: Path) -> None:
+    from ctxfold.kernel.errors import ImporterError
+    from ctxfold.kernel.importing import detect_format
+
+    readme = tmp_path / "README.xml"
+    readme.write_text("This folder holds a <claude-session> export.\n")
+    with pytest.raises(ImporterError):
+        detect_format(readme, registry)
+    assert detect_format(FIXTURES / "claude_code.xml", registry) == "claude-code-xml"
+
+
+def test_one_bad_session_does_not_hide_the_others(tmp_path: Path, capsys) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_bytes((FIXTURES / "openai.jsonl").read_bytes())
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    out = tmp_path / "r.json"
+    code = main(["replay", str(good), str(bad), "--policy", "append-only",
+                 "--estimator", "heuristic", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "bad.json" in captured.err
+    assert out.exists() and "good" in out.read_text()
+
+
+def test_reports_follow_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "r.html"
+        assert main(["replay", "--demo", "--policy", "append-only", "--html", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+
+
+def test_window_defaults_to_the_profile_and_zero_is_refused(capsys) -> None:
+    assert profile_window("openai") < profile_window("deepseek-flash")
+    assert main(["replay", "--demo", "--window", "0"]) == 1
+    assert "--window 0" in capsys.readouterr().err
