@@ -129,6 +129,13 @@ def render(rows: list[tuple[str, str, dict[str, Any]]]) -> str:
         "underestimate). Time = all raw estimates of the session, incrementally; cached = one "
         "estimate of the whole session when every message is already cached.",
         "",
+        "Caveat: the `deepseek` estimator's chat-template overheads (42 tokens per one-argument "
+        "call, 245 fixed tokens with tools) were fitted on these same two sessions, so its "
+        "figures here are a fit, not a held-out measurement; no other session with "
+        "provider-reported DeepSeek counts is available. `ctxfold estimate` counts only the "
+        "tools a file records: for these trajectories, which record none, its per-request "
+        "figures run about 1-16% low.",
+        "",
         "| session | estimator | requests | cold mean | cold max | cold bias "
         "| calibrated mean | calibrated max | calibrated bias | time | cached |",
         "|---|---|---|---|---|---|---|---|---|---|---|",

@@ -164,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         f"First prepare() after opening ({name}): {r['first_prepare_ms']:.0f} ms — the one-off"
         " tokenization of the whole transcript; later turns only count new messages."
         for name, r in rows
+    ] + [
+        "",
+        "Read the open + resume column with that line: opening and resuming never tokenize "
+        "(resume only labels the cache), so the tokenizer's cost moves to the first "
+        "prepare() of a process. A host that reopens a 1M-token session pays it once per "
+        "process, not per turn; it is the price of an exact count, and the heuristic "
+        "estimator pays a fraction of it.",
     ]
     lines += ["", f"Peak resident memory of the benchmark process: {peak_mb:.0f} MiB."]
     text = "\n".join(lines) + "\n"

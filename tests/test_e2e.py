@@ -91,7 +91,7 @@ def test_failed_assertion_names_it(tmp_path: Path, capsys: pytest.CaptureFixture
     (d / "meta.json").write_text(json.dumps({**meta, "messages": 999}))
     code, _, err = step(capsys, "resume", d)
     assert code == 1
-    assert "e2e resume: assertion failed: 999 messages kept (got 164)" in err
+    assert "e2e resume: expected 999 messages kept (got 164), which did not hold" in err
 
 
 def test_cost_cap_stops_before_sending(tmp_path: Path,

@@ -88,7 +88,10 @@ class E2EOptions:
 def check(ok: bool, step: str, what: str) -> None:
     """Raise :class:`E2EError` naming the step and the failed assertion unless ``ok``."""
     if not ok:
-        raise E2EError(f"e2e {step}: assertion failed: {what}")
+        raise E2EError(
+            f"e2e {step}: expected {what}, which did not hold; the steps run in order "
+            "seed → resume → continue on a fresh --dir (run seed again to start over)"
+        )
 
 
 def cost(usage: Usage) -> float:
