@@ -153,3 +153,17 @@ def test_other_importer_formats_are_read(capsys: pytest.CaptureFixture[str]) -> 
     out = json.loads(run(["estimate", str(files[0]), "--estimator", "heuristic", "--json"],
                          capsys))
     assert out["sessions"][0]["tokens"] > 0
+
+
+def test_tools_file_is_counted_when_the_session_records_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in MESSAGES), encoding="utf-8")
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(TOOLS), encoding="utf-8")
+    plain = json.loads(run(["estimate", str(path), "--estimator", "heuristic", "--json"],
+                           capsys))
+    with_tools = json.loads(run(["estimate", str(path), "--estimator", "heuristic", "--json",
+                                 "--tools", str(tools)], capsys))
+    assert with_tools["sessions"][0]["tokens"] > plain["sessions"][0]["tokens"]

@@ -137,3 +137,37 @@ def test_checkpoint_misses_once_then_hits_and_cold_cache_misses(
     now[0] += 25 * 3600
     cold = cm.complete(provider).usage
     assert cold.cache_hit_tokens == 0 and cold.prompt_tokens > 0
+
+
+@pytest.mark.parametrize("profile", ["deepseek", "mimo", "responses"])
+def test_emulator_profile_swap_is_toml_only(profile: str, tmp_path: Path) -> None:
+    """`[provider] name = "emulator"` starts the emulator itself: only the TOML changes."""
+    toml = tmp_path / "ctxfold.toml"
+    toml.write_text(textwrap.dedent(f"""
+        [agent]
+        compact_ratio = 0.5
+
+        [provider]
+        name = "emulator"
+        profile = "{profile}"
+        context_window = 24000
+
+        [summarizer]
+        name = "llm"
+
+        [store]
+        path = "{(tmp_path / 'sessions').as_posix()}"
+    """))
+    config = load_config(config_path=toml, cwd=tmp_path, env={}).config
+    registry = Registry(make_plugin_manager())
+    provider = registry.create("provider", "emulator",
+                               StrategyContext(config=config, registry=registry))
+    try:
+        cm = ContextManager.open("toml-only", config=config, registry=registry,
+                                 provider=provider)
+        usages = run_session(cm, provider, turns=10)
+        assert provider.emulator.profile.name == profile
+        assert cm.summary_calls >= 1 and cm.state.projection is not None
+        assert any(u.cache_hit_tokens > 0 for _v, u in usages)
+    finally:
+        provider.close()

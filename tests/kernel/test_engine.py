@@ -192,6 +192,7 @@ def test_cas_loss_records_blocked_and_keeps_newer_state(open_session) -> None:
 
     def race(_request) -> None:
         other = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
+        other.append(Message(role="user", content="appended by the other process"))
         other.compact()
         assert other.state.projection is not None
 
@@ -200,6 +201,9 @@ def test_cas_loss_records_blocked_and_keeps_newer_state(open_session) -> None:
     receipt = cm.state.last_receipt
     assert receipt is not None and receipt.status is ReceiptStatus.BLOCKED
     assert "context changed" in receipt.reason
+    # The winner's append reaches this process's next request too.
+    assert cm.canonical[-1].content == "appended by the other process"
+    assert cm.view()[-1].content == "appended by the other process"
     reopened = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
     assert reopened.state.projection is not None
     assert reopened.state.projection.projection_version == 1  # the winner's install survives
@@ -385,3 +389,30 @@ def test_manual_compact_does_not_spend_the_turns_automatic_summary(open_session)
     assert cm.turn == turn and cm.estimate() >= cm.trigger_tokens
     cm.prepare()
     assert len(summarizer.requests) >= 2  # pressure may still summarize in this turn
+
+
+def test_resume_uses_the_providers_own_ttl(open_session) -> None:
+    class FiveMinuteCache:
+        cache_ttl_minutes = 5
+
+    cm = open_session(provider=FiveMinuteCache())
+    seed(cm)
+    last = cm.store.last_activity(cm.session_id)
+    assert cm.resume(now=last + 6 * 60).cache_state is CacheState.COLD
+    assert cm.resume(now=last + 4 * 60).cache_state is CacheState.WARM
+
+
+def test_telemetry_cache_counts_are_per_record(open_session) -> None:
+    from ctxfold.kernel.types import Usage
+
+    cm = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
+    seed(cm)
+    rounds(cm, 30, 1_500)
+    cm.observe_usage(Usage(prompt_tokens=1000, cache_hit_tokens=900, cache_miss_tokens=100))
+    cm.prepare()
+    cm.observe_usage(Usage(prompt_tokens=1000, cache_hit_tokens=10, cache_miss_tokens=990))
+    cm.compact()
+    counts = [(t.cache_hit_tokens, t.cache_miss_tokens) for t in cm.state.telemetry]
+    assert counts[0] == (900, 100)  # observed before the first record
+    assert counts[-1] == (10, 990)  # only what was observed since the previous record
+    assert sum(h for h, _m in counts) == 910

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import Message, ToolSchema
 
 
@@ -35,6 +36,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument(
         "--format", metavar="FMT", help="session format (default: detected; see ctxfold plugins)"
+    )
+    parser.add_argument(
+        "--tools", metavar="FILE",
+        help="JSON list of OpenAI tool schemas the agent offered, for formats that do not "
+        "record them (counted in every request, as the provider counts them)",
     )
     parser.set_defaults(func=run)
 
@@ -64,6 +70,19 @@ def read_session_file(
     return read_session(path, registry, fmt)[0]
 
 
+def read_tools_file(path: str | Path) -> list[ToolSchema]:
+    """Tool schemas from a JSON list of OpenAI ``{"type": "function", "function": ...}``."""
+    from ctxfold.kernel.convert import tool_schema_from_openai
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"--tools {path}: cannot read a JSON list of tool schemas: {exc}") from exc
+    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
+        raise StoreError(f"--tools {path}: expected a JSON list of tool schema objects")
+    return [tool_schema_from_openai(t) for t in data]
+
+
 # -- running -----------------------------------------------------------------------------------
 
 
@@ -91,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
     estimator = registry.create(
         "estimator", name, StrategyContext(config=loaded.config, registry=registry)
     )
+    extra_tools = read_tools_file(args.tools) if args.tools else []
     sessions: list[dict[str, Any]] = []
     for path in args.paths:
         messages, tools = read_session(path, registry, args.format)
+        tools = tools or extra_tools
         tokens, requests = estimate_session(estimator, messages, tools, args.per_request)
         sessions.append({"name": str(path), "tokens": tokens, "requests": requests})
     if args.json:

@@ -208,14 +208,17 @@ class Committer:
         self.cache_miss_tokens += usage.cache_miss_tokens
 
     def telemetry(self, **fields: Any) -> TelemetryRecord:
-        """A telemetry record carrying the observed cache counters and state."""
-        return TelemetryRecord(
+        """A telemetry record carrying the cache hits/misses observed since the previous
+        record (so records add up instead of repeating a running total) and the state."""
+        record = TelemetryRecord(
             cache_state=self.state.last_cache_state,
             cache_hit_tokens=self.cache_hit_tokens,
             cache_miss_tokens=self.cache_miss_tokens,
             created_at=utc_now(),
             **fields,
         )
+        self.cache_hit_tokens = self.cache_miss_tokens = 0
+        return record
 
     def after_rewind(self, canonical: Sequence[Message]) -> None:
         """Drop a projection that covers more than the rewound transcript."""

@@ -370,6 +370,15 @@ class ContextManager:
 
     # -- used by maintain.py -----------------------------------------------------------------
 
+    def sync_from_store(self) -> None:
+        """Re-read the transcript after another process won a compare-and-swap: its appends
+        must reach this process's next request too."""
+        stored = self.store.load(self.session_id)
+        if len(stored) != len(self._canonical):
+            self._canonical = list(stored)
+            self._view_cache = None
+            self._committer.transcript_version += 1
+
     def input_hash(self, view: Sequence[Message]) -> str:
         return fingerprint(
             [Message(role="system", content=self.state.prompt_cache_key), *view]

@@ -159,6 +159,7 @@ class _Run:
                 view_output_hash=output_hash,
             )
         except StaleContextError:
+            cm.sync_from_store()  # another process may also have appended messages
             self.refresh()
             self.receipt(ReceiptStatus.BLOCKED, STALE, action)
             return False

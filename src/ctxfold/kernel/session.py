@@ -136,10 +136,20 @@ def open_manager(
         config=config,
         tools=tools,
         window=kwargs.get("window"),
-        cache_ttl_minutes=kwargs.get("cache_ttl_minutes") or cache_ttl_for(config),
+        cache_ttl_minutes=kwargs.get("cache_ttl_minutes") or _provider_ttl(config, kwargs),
         clock=kwargs.get("clock") or __import__("time").time,
         notices=notices,
     )
+
+
+def _provider_ttl(config: Config, kwargs: dict[str, Any]) -> int:
+    """Config wins; else the provider object's own TTL when one was passed (a third-party
+    provider knows its cache); else the SPEC §2 table."""
+    provider = kwargs.get("provider")
+    own = getattr(provider, "cache_ttl_minutes", 0) if provider is not None else 0
+    if not config.provider.cache_ttl_minutes and isinstance(own, int) and own > 0:
+        return own
+    return cache_ttl_for(config)
 
 
 def _with_key(state: SidecarState, key: str) -> SidecarState:
