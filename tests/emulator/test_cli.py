@@ -26,7 +26,8 @@ def test_serves_script_until_stopped(tmp_path, capsys) -> None:
         {"text": "first"},
         {"tool_calls": [{"id": "c1", "name": "bash", "arguments": {"command": "ls"}}]},
     ]))
-    args = argparse.Namespace(port=0, profile="deepseek", window=None, script=str(script))
+    args = argparse.Namespace(port=0, profile="deepseek", window=None, script=str(script),
+                              fault=[])
     ready, stop = threading.Event(), threading.Event()
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(run(args, ready=ready, stop=stop)))
@@ -64,3 +65,29 @@ def test_bad_profile_and_port() -> None:
     args = argparse.Namespace(port=70000, profile="deepseek", window=None, script=None)
     with pytest.raises(ConfigError, match="--port"):
         run(args)
+
+
+def test_faults_from_the_command_line(capsys) -> None:
+    from ctxfold.cli.emulate_cmd import parse_fault
+
+    fault = parse_fault("overloaded@3x2")
+    assert (fault.kind, fault.at, fault.count) == ("overloaded", 3, 2)
+    with pytest.raises(ConfigError, match="expected KIND"):
+        parse_fault("rate limit")
+    with pytest.raises(ConfigError, match="unknown fault kind"):
+        parse_fault("meteor@1")
+    args = build_parser().parse_args(["emulate", "--fault", "rate_limit@0"])
+    ready, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(target=lambda: run(args, ready=ready, stop=stop))
+    thread.start()
+    try:
+        assert ready.wait(10)
+        base_url = capsys.readouterr().out.strip()
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        with httpx.Client(base_url=base_url, timeout=10) as client:
+            first = client.post("/chat/completions", json=body)
+            assert first.status_code == 429 and "retry-after" in first.headers
+            assert client.post("/chat/completions", json=body).status_code == 200
+    finally:
+        stop.set()
+        thread.join(10)

@@ -22,7 +22,29 @@ def register(subparsers: Any) -> None:
                         help="context window in tokens (default: the profile's)")
     parser.add_argument("--script", metavar="FILE", default=None,
                         help="JSON list of replies ({text, tool_calls, reasoning, finish_reason})")
+    parser.add_argument(
+        "--fault", metavar="KIND[@N][xCOUNT]", action="append", default=[],
+        help="inject a fault: rate_limit, overloaded, drop, stall, malformed or slow; @N "
+        "hits request N (0-based; default: the next request), xCOUNT repeats it "
+        "(e.g. --fault rate_limit@0 --fault overloaded@3x2); may be repeated",
+    )
     parser.set_defaults(func=run)
+
+
+def parse_fault(text: str) -> Any:
+    """``KIND[@N][xCOUNT]`` → :class:`ctxfold.emulator.Fault` (ConfigError when malformed)."""
+    import re
+
+    from ctxfold.emulator import Fault
+    from ctxfold.kernel.errors import ConfigError
+
+    m = re.fullmatch(r"([a-z_]+)(?:@(\d+))?(?:x(\d+))?", text.strip())
+    if m is None:
+        raise ConfigError(f"--fault {text!r}: expected KIND[@N][xCOUNT], e.g. rate_limit@0")
+    try:
+        return Fault(m[1], at=int(m[2]) if m[2] else None, count=int(m[3]) if m[3] else 1)
+    except ValueError as exc:
+        raise ConfigError(f"--fault {text!r}: {exc}") from None
 
 
 def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
@@ -35,7 +57,9 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be between 0 and 65535, got {args.port}")
     script = load_script(args.script) if args.script else None
-    emulator = Emulator(args.profile, window=args.window, script=script, port=args.port)
+    faults = [parse_fault(f) for f in getattr(args, "fault", [])]
+    emulator = Emulator(args.profile, window=args.window, script=script, port=args.port,
+                        faults=faults)
     try:
         base_url = emulator.start()
     except OSError as exc:
