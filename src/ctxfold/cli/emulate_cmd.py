@@ -42,7 +42,8 @@ def parse_fault(text: str) -> Any:
     if m is None:
         raise ConfigError(f"--fault {text!r}: expected KIND[@N][xCOUNT], e.g. rate_limit@0")
     try:
-        return Fault(m[1], at=int(m[2]) if m[2] else None, count=int(m[3]) if m[3] else 1)
+        kind: Any = m[1]  # Fault validates the kind and names the choices
+        return Fault(kind, at=int(m[2]) if m[2] else None, count=int(m[3]) if m[3] else 1)
     except ValueError as exc:
         raise ConfigError(f"--fault {text!r}: {exc}") from None
 
