@@ -32,8 +32,9 @@ def register(subparsers: Any) -> None:
                         help="price profile: deepseek-flash (default), deepseek-v4-pro, mimo, "
                              "openai")
     parser.add_argument("--window", type=int, default=None, metavar="N",
-                        help="context window in tokens (default: [provider] context_window; "
-                             "--demo: 64000)")
+                        help="context window in tokens (default: the --profile's window, "
+                             "e.g. 1048576 for deepseek-flash, 400000 for openai; --demo: "
+                             "64000); a smaller window forces maintenance on short sessions")
     parser.add_argument("--compact-ratio", type=float, default=None, metavar="R",
                         help="trigger ratio (default: [agent] compact_ratio)")
     parser.add_argument("--estimator", default=None, metavar="NAME",
