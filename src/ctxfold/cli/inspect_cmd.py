@@ -82,16 +82,10 @@ def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message
 
 
 def visible(state: SidecarState, canonical: Sequence[Message]) -> list[Message]:
-    """Projection body + canonical tail, else canonical (mirrors ``ContextManager.view``)."""
-    projection = state.projection
-    shown = [m for m in canonical if not m.local_only]
-    if projection is None:
-        return shown
-    body = list(projection.messages)
-    if body and body[0].role == "system" and canonical and canonical[0].role == "system":
-        body[0] = canonical[0]
-    tail = [m for m in canonical[projection.covered_count:] if not m.local_only]
-    return body + tail
+    """Projection body + canonical tail, else canonical (the kernel's own rule)."""
+    from ctxfold.kernel.fold import visible_view
+
+    return visible_view(state.projection, canonical)
 
 
 def _plain(obj: Any) -> Any:

@@ -183,18 +183,7 @@ class ContextManager:
 
     def view(self) -> list[Message]:
         """Provider-visible messages: projection body + canonical tail, else canonical."""
-        projection = self.state.projection
-        visible = [m for m in self._canonical if not m.local_only]
-        if projection is None:
-            return visible
-        body = list(projection.messages)
-        # A refreshed system prompt at the head replaces the stored one (SPEC §3.5).
-        if body and body[0].role == "system" and self._canonical and (
-            self._canonical[0].role == "system"
-        ):
-            body[0] = self._canonical[0]
-        tail = [m for m in self._canonical[projection.covered_count :] if not m.local_only]
-        return body + tail
+        return folding.visible_view(self.state.projection, self._canonical)
 
     def view_estimate(self) -> tuple[list[Message], int]:
         """The current view and its admission estimate, computed incrementally.
@@ -236,6 +225,11 @@ class ContextManager:
         return self.estimator.estimate(shape)
 
     def _count(self, message: Message) -> int:
+        """Planning count of one message (tail sizing): the estimator's own per-message count
+        when it has one (cached, no request overheads), else a one-message shape."""
+        count = getattr(self.estimator, "count_message", None)
+        if callable(count):
+            return int(count(message))
         return self.estimator.estimate(RequestShape([message]))
 
     # -- appending ---------------------------------------------------------------------------
@@ -274,7 +268,7 @@ class ContextManager:
 
         with self._lock:
             prepared = run_prepare(self, trigger, focus)
-            self._last_shape = RequestShape(list(prepared.messages), self.tools)
+            self._last_shape = RequestShape(prepared.messages, self.tools)
         hook = self._committer.hooks
         if hook is not None and prepared.action != "none":  # below the trigger: no event
             hook.ctxfold_after_prepare(

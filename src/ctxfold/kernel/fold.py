@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.summary import is_compaction_summary
+from ctxfold.kernel.types import Message, Projection
 
 TAIL_RATIO = 0.16
 HEAD_PIN_RATIO = 0.08
@@ -36,9 +37,16 @@ class FoldPlan:
         return self.end - self.head
 
 
-def is_summary(message: Message) -> bool:
-    """A host-written compaction summary message (SPEC §3.4)."""
-    return message.role == "user" and message.content.lstrip().startswith("<compaction-summary>")
+def visible_view(projection: Projection | None, canonical: Sequence[Message]) -> list[Message]:
+    """SPEC §1.3: projection body + canonical tail when a projection exists, else canonical;
+    ``local_only`` messages are never visible. A refreshed system prompt at the head of the
+    canonical transcript replaces the one stored in the body (SPEC §3.5)."""
+    if projection is None:
+        return [m for m in canonical if not m.local_only]
+    body = list(projection.messages)
+    if body and body[0].role == "system" and canonical and canonical[0].role == "system":
+        body[0] = canonical[0]
+    return body + [m for m in canonical[projection.covered_count :] if not m.local_only]
 
 
 def head_length(view: Sequence[Message], window: int, count: TokenCount) -> int:
@@ -50,7 +58,7 @@ def head_length(view: Sequence[Message], window: int, count: TokenCount) -> int:
     if (
         head < len(view)
         and view[head].role == "user"
-        and not is_summary(view[head])
+        and not is_compaction_summary(view[head])
         and count(view[head]) <= HEAD_PIN_RATIO * window
     ):
         head += 1

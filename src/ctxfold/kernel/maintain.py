@@ -24,6 +24,7 @@ from ctxfold.kernel.summary import (
 )
 from ctxfold.kernel.types import (
     Message,
+    Projection,
     Receipt,
     ReceiptAction,
     ReceiptStatus,
@@ -56,8 +57,8 @@ class _Run:
         self.cm = cm
         self.trigger = trigger
         self.focus = focus
-        view, self.tokens = cm.view_estimate()
-        self.view = list(view)
+        # Read-only for the whole prepare(): refresh() replaces it, nothing mutates it.
+        self.view, self.tokens = cm.view_estimate()
         self.summary_calls = 0
         self.action = "none"
         self.pruned = False
@@ -78,8 +79,7 @@ class _Run:
         )
 
     def refresh(self) -> None:
-        view, self.tokens = self.cm.view_estimate()
-        self.view = list(view)
+        self.view, self.tokens = self.cm.view_estimate()
 
     def receipt(self, status: ReceiptStatus, reason: str, action: ReceiptAction) -> Receipt:
         cm = self.cm
@@ -292,7 +292,9 @@ class _Run:
             canonical=cm.canonical,
         )
         canonical = cm.canonical
-        candidate = body + [m for m in canonical[covered:] if not m.local_only]
+        candidate = folding.visible_view(
+            Projection(messages=tuple(body), covered_count=covered), canonical
+        )
         new_tokens = cm.estimate(candidate)
         if new_tokens >= self.tokens:
             self.receipt(ReceiptStatus.BLOCKED, NOT_SMALLER, ReceiptAction.SUMMARY)

@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from ctxfold.config.schema import Config
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.errors import CtxfoldError, SessionError
 from ctxfold.kernel.session_id import validate_session_id
 from ctxfold.kernel.sidecar import load_sidecar, save_sidecar
-from ctxfold.kernel.strategies import StrategyContext, SummaryRequest, SummaryResult
+from ctxfold.kernel.strategies import (
+    CACHE_TTL_MINUTES,
+    UNKNOWN_CACHE_TTL_MINUTES,
+    StrategyContext,
+    SummaryRequest,
+    SummaryResult,
+)
 from ctxfold.kernel.types import SidecarState, ToolSchema
 
 if TYPE_CHECKING:
@@ -26,8 +35,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PRUNER = "head-tail"
 SIDECAR_FORMAT = "v3"
-#: Cache TTL in minutes by provider name (SPEC §2); unknown providers: 24 h.
-CACHE_TTL_MINUTES = {"deepseek": 1440, "mimo": 1440, "responses": 10, "openai": 10}
 
 
 def cache_ttl_for(config: Config) -> int:
@@ -35,7 +42,7 @@ def cache_ttl_for(config: Config) -> int:
     if config.provider.cache_ttl_minutes:
         return config.provider.cache_ttl_minutes
     name = config.provider.profile if config.provider.name == "emulator" else config.provider.name
-    return CACHE_TTL_MINUTES.get(name, 1440)
+    return CACHE_TTL_MINUTES.get(name, UNKNOWN_CACHE_TTL_MINUTES)
 
 
 def prompt_cache_key(config: Config, session_id: str, workspace: str | None = None) -> str:
@@ -101,7 +108,7 @@ def open_manager(
     state, notices = load_sidecar(store, codec, session_id, canonical)
     if not state.prompt_cache_key:
         key = prompt_cache_key(config, session_id, kwargs.get("workspace"))
-        state = _with_key(state, key)
+        state = attrs.evolve(state, prompt_cache_key=key)
 
     def reload() -> SidecarState | None:
         try:
@@ -137,7 +144,7 @@ def open_manager(
         tools=tools,
         window=kwargs.get("window"),
         cache_ttl_minutes=kwargs.get("cache_ttl_minutes") or _provider_ttl(config, kwargs),
-        clock=kwargs.get("clock") or __import__("time").time,
+        clock=kwargs.get("clock") or time.time,
         notices=notices,
     )
 
@@ -150,9 +157,3 @@ def _provider_ttl(config: Config, kwargs: dict[str, Any]) -> int:
     if not config.provider.cache_ttl_minutes and isinstance(own, int) and own > 0:
         return own
     return cache_ttl_for(config)
-
-
-def _with_key(state: SidecarState, key: str) -> SidecarState:
-    import attrs
-
-    return attrs.evolve(state, prompt_cache_key=key)

@@ -152,6 +152,11 @@ class Store(Protocol):
 
 # -- providers ---------------------------------------------------------------------------------
 
+#: Prompt-cache TTL in minutes by provider (SPEC §2), used only to label a resume warm/cold.
+#: Provider plugins report theirs from this table; ``UNKNOWN_CACHE_TTL_MINUTES`` otherwise.
+CACHE_TTL_MINUTES = {"deepseek": 24 * 60, "mimo": 24 * 60, "responses": 10, "anthropic": 5}
+UNKNOWN_CACHE_TTL_MINUTES = 24 * 60
+
 
 @attrs.frozen
 class ChatRequest:

@@ -30,7 +30,6 @@ from ctxfold.kernel.strategies import (
 )
 from ctxfold.kernel.summary import (
     build_summary_request,
-    is_compaction_summary,
     summary_output_cap,
     validate_summary_result,
     wrap_summary,
@@ -127,11 +126,6 @@ def scaled(constant: int, window: int, reference: int = REFERENCE_WINDOW) -> int
     if window >= reference:
         return constant
     return max(1, round(constant * window / reference))
-
-
-def is_summary(message: Message) -> bool:
-    """A summary message of any policy (all use :func:`wrap_summary`)."""
-    return is_compaction_summary(message)
 
 
 def rounds(messages: Sequence[Message], start: int = 0) -> list[tuple[int, int]]:

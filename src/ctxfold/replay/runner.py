@@ -29,8 +29,9 @@ import attrs
 from ctxfold.kernel.convert import message_to_openai
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.kernel.strategies import Estimator, StrategyContext, Summarizer
+from ctxfold.kernel.summary import is_compaction_summary
 from ctxfold.kernel.types import Message, RequestShape, ToolSchema
-from ctxfold.replay.policy import Policy, PolicyRequest, PolicySetup, is_summary
+from ctxfold.replay.policy import Policy, PolicyRequest, PolicySetup
 from ctxfold.replay.pricing import Price
 
 if TYPE_CHECKING:
@@ -214,7 +215,7 @@ class _Track:
         result.prunes += req.prunes
         result.max_request_tokens = max(result.max_request_tokens, prompt)
         result.max_visible_summaries = max(result.max_visible_summaries,
-                                           sum(1 for m in req.messages if is_summary(m)))
+                                           sum(1 for m in req.messages if is_compaction_summary(m)))
         body = serialize(req.messages)
         if (self.previous is not None and not req.installed
                 and not body.startswith(self.previous[:-1])):

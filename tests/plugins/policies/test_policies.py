@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold.kernel.summary import is_compaction_summary
 from ctxfold.kernel.types import Message, RequestShape, ToolCall, Usage
 from ctxfold.plugins.policies.codex_like import CodexLikePolicy
 from ctxfold.plugins.policies.masking import MaskingPolicy
@@ -15,7 +16,7 @@ from ctxfold.plugins.policies.opencode_like import CLEARED, OpencodeLikePolicy
 from ctxfold.plugins.policies.openhands_like import OpenHandsLikePolicy
 from ctxfold.plugins.policies.truncate_oldest import TruncateOldestPolicy
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
-from ctxfold.replay.policy import PolicySetup, is_summary, scaled
+from ctxfold.replay.policy import PolicySetup, scaled
 
 
 class CharEstimator:
@@ -95,12 +96,12 @@ def test_openhands_like_keeps_first_four_and_one_summary(tmp_path: Path) -> None
     policy = OpenHandsLikePolicy(setup(tmp_path, 10_000_000), keep_first=4, max_size=20)
     messages = session(30, result_size=10)
     requests = drive(policy, messages)
-    condensed = [r for r in requests if any(is_summary(m) for m in r)]
+    condensed = [r for r in requests if any(is_compaction_summary(m) for m in r)]
     assert condensed, "the condenser never ran"
     for request in condensed:
         assert list(request[:4]) == messages[:4]
-        assert is_summary(request[4])
-        assert sum(1 for m in request if is_summary(m)) == 1
+        assert is_compaction_summary(request[4])
+        assert sum(1 for m in request if is_compaction_summary(m)) == 1
         assert len(request) <= 20 + 1
         assert_no_orphans(request)
 
@@ -121,7 +122,7 @@ def test_codex_like_triggers_at_ninety_percent(tmp_path: Path) -> None:
     assert len(second.summaries) == 1 and second.installed
     roles = [m.role for m in second.messages]
     assert roles == ["system", "user", "user"]  # system, kept user message, summary
-    assert second.messages[1].content == "U" * 100 and is_summary(second.messages[2])
+    assert second.messages[1].content == "U" * 100 and is_compaction_summary(second.messages[2])
 
 
 def test_opencode_like_prunes_old_tool_outputs_only_when_enough_is_freed(tmp_path: Path) -> None:

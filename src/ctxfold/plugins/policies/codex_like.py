@@ -23,13 +23,13 @@ import attrs
 
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.kernel.summary import is_compaction_summary
 from ctxfold.kernel.types import Message
 from ctxfold.replay.policy import (
     BasePolicy,
     PolicyRequest,
     PolicySetup,
     first_system,
-    is_summary,
     scaled,
     setup_of,
 )
@@ -72,7 +72,7 @@ class CodexLikePolicy(BasePolicy):
         kept: list[Message] = []
         budget = self.user_budget
         for message in reversed(view):
-            if message.role != "user" or message.origin != "user" or is_summary(message):
+            if message.role != "user" or message.origin != "user" or is_compaction_summary(message):
                 continue
             tokens = self.count(message)
             if tokens > budget:

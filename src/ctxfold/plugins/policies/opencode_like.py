@@ -23,6 +23,7 @@ import attrs
 
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.kernel.summary import is_compaction_summary
 from ctxfold.kernel.types import Message
 from ctxfold.replay.policy import (
     BasePolicy,
@@ -30,7 +31,6 @@ from ctxfold.replay.policy import (
     PolicySetup,
     SummaryCall,
     first_system,
-    is_summary,
     scaled,
     setup_of,
 )
@@ -90,7 +90,7 @@ class OpencodeLikePolicy(BasePolicy):
             calls = (call,)
             last_user = next(
                 (m for m in reversed(view)
-                 if m.role == "user" and m.origin == "user" and not is_summary(m)),
+                 if m.role == "user" and m.origin == "user" and not is_compaction_summary(m)),
                 None,
             )
             self.body = [m for m in (system, summary, last_user) if m is not None]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import ChatRequest, StrategyContext, StrategySpec
+from ctxfold.kernel.strategies import CACHE_TTL_MINUTES, ChatRequest, StrategyContext, StrategySpec
 from ctxfold.kernel.wire import HttpProvider, ProviderDefaults, build_http_provider
 from ctxfold.plugins.providers._chat import ChatCompletionsTranslator
 
@@ -28,7 +28,7 @@ DEFAULTS = ProviderDefaults(
     base_url="https://api.deepseek.com",
     api_key_env="DEEPSEEK_API_KEY",
     model="deepseek-flash",
-    cache_ttl_minutes=24 * 60,
+    cache_ttl_minutes=CACHE_TTL_MINUTES["deepseek"],
 )
 _EFFORT = {"low": "low", "medium": "high", "high": "high", "max": "max"}
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import ChatRequest, StrategyContext, StrategySpec
+from ctxfold.kernel.strategies import CACHE_TTL_MINUTES, ChatRequest, StrategyContext, StrategySpec
 from ctxfold.kernel.wire import (
     HttpProvider,
     ProviderDefaults,
@@ -34,7 +34,7 @@ DEFAULTS = ProviderDefaults(
     base_url="https://api.xiaomimimo.com/v1",
     api_key_env="MIMO_API_KEY",
     model="mimo-v2.5-pro",
-    cache_ttl_minutes=24 * 60,
+    cache_ttl_minutes=CACHE_TTL_MINUTES["mimo"],
 )
 
 

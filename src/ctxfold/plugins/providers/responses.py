@@ -28,7 +28,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import ChatRequest, ChatResponse, StrategyContext, StrategySpec
+from ctxfold.kernel.strategies import (
+    CACHE_TTL_MINUTES,
+    ChatRequest,
+    ChatResponse,
+    StrategyContext,
+    StrategySpec,
+)
 from ctxfold.kernel.types import Message, ToolCall, ToolSchema, Usage
 from ctxfold.kernel.wire import (
     HttpProvider,
@@ -45,7 +51,7 @@ DEFAULTS = ProviderDefaults(
     base_url="https://api.openai.com/v1",
     api_key_env="OPENAI_API_KEY",
     model="gpt-5.5",
-    cache_ttl_minutes=10,
+    cache_ttl_minutes=CACHE_TTL_MINUTES["responses"],
 )
 NAME = "responses"
 
