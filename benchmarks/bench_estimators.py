@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxfold.config.schema import Config
-from ctxfold.kernel.convert import message_from_openai, tool_schema_from_openai
+from ctxfold.interop.chat import message_from_openai, tool_schema_from_openai
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import StrategyContext
 from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategyContext
 from ctxfold.kernel.types import Message, RequestShape, ToolSchema, Usage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"no sessions under {DATA}; nothing to measure", file=sys.stderr)
         return 1
-    registry = Registry(make_plugin_manager(load_entry_points=False))
+    registry = Registry.from_config(load_entry_points=False)
     context = StrategyContext(config=Config(), registry=registry)
     tools = [tool_schema_from_openai(BASH_TOOL)]
     rows = []

@@ -25,14 +25,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine_line, write_section
 
-from ctxfold.config.schema import (
+from ctxfold.engine.manager import ContextManager
+from ctxfold.kernel.config import (
     Config,
     EstimatorConfig,
     ProviderConfig,
     StoreConfig,
     SummarizerConfig,
 )
-from ctxfold.kernel.engine import ContextManager
 from ctxfold.kernel.types import Message, RequestShape, ToolCall
 
 SECTION = "## prepare() overhead"

@@ -9,7 +9,9 @@ from typing import Any
 import attrs
 import pytest
 
-from ctxfold.config.schema import (
+from ctxfold.engine.manager import ContextManager
+from ctxfold.engine.manager import open_session as open_ctxfold_session
+from ctxfold.kernel.config import (
     AgentConfig,
     Config,
     EstimatorConfig,
@@ -17,7 +19,7 @@ from ctxfold.config.schema import (
     StoreConfig,
     SummarizerConfig,
 )
-from ctxfold.kernel.strategies import SummaryRequest, SummaryResult
+from ctxfold.kernel.types import SummaryRequest, SummaryResult
 
 pytest_plugins = ["ctxfold.testing"]
 
@@ -60,12 +62,11 @@ def make_config(
 @pytest.fixture
 def open_session(tmp_path: Path) -> Callable[..., Any]:
     """``open_session(session_id="s", window=..., ratio=..., **open_kwargs)``."""
-    from ctxfold.kernel.engine import ContextManager
 
     def _open(session_id: str = "s", *, window: int = 30_000, ratio: float = 0.5,
               config: Config | None = None, **kwargs: Any) -> ContextManager:
         cfg = config or make_config(tmp_path, window=window, ratio=ratio)
-        return ContextManager.open(session_id, config=cfg, **kwargs)
+        return open_ctxfold_session(session_id, config=cfg, **kwargs)
 
     return _open
 

@@ -15,6 +15,7 @@ PLUGIN_MODULE = '''
 """A third-party estimator: one token per character of every visible text field."""
 
 from ctxfold import StrategySpec, hookimpl
+from ctxfold.engine.manager import open_session
 
 
 class CharCount:
@@ -101,17 +102,17 @@ def test_selected_purely_through_toml(
     plugin_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ctxfold.config.load import load_config
-    from ctxfold.kernel.engine import ContextManager
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
+    from ctxfold.engine.manager import open_session
+    from ctxfold.kernel.registry import Registry
     from ctxfold.kernel.types import Message
 
     monkeypatch.syspath_prepend(str(plugin_site))
     loaded = load_config(config_path=_write_config(tmp_path), cwd=tmp_path, env={})
-    registry = Registry(make_plugin_manager(loaded.config.plugins.disabled))
+    registry = Registry.from_config(loaded.config)
     spec = registry.get("estimator", "charcount")
     assert "ctxfold-charcount 1.2.3" in spec.source
 
-    cm = ContextManager.open("third-party", config=loaded.config, registry=registry)
+    cm = open_session("third-party", config=loaded.config, registry=registry)
     cm.append(Message(role="user", content="x" * 37), Message(role="assistant", content="ok"))
     assert type(cm.estimator).__name__ == "CharCount"
     assert cm.prepare().tokens == 39
@@ -122,13 +123,13 @@ def test_disabled_by_entry_point_name(
 ) -> None:
     from ctxfold.config.load import load_config
     from ctxfold.kernel.errors import PluginError
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
+    from ctxfold.kernel.registry import Registry
 
     monkeypatch.syspath_prepend(str(plugin_site))
     loaded = load_config(
         config_path=_write_config(tmp_path, ["charcount"]), cwd=tmp_path, env={}
     )
-    registry = Registry(make_plugin_manager(loaded.config.plugins.disabled))
+    registry = Registry.from_config(loaded.config)
     with pytest.raises(PluginError, match="unknown estimator 'charcount'"):
         registry.get("estimator", "charcount")
 

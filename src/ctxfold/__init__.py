@@ -5,7 +5,8 @@ extension of the previous one until ``compact_ratio`` of the window is reached, 
 oversized tool results are pruned and, if needed, a checkpoint (system prompt + one
 structured summary + the recent ~16% of the window) is installed.
 
-Importing ``ctxfold`` is light: names are resolved on first use.
+Everything a host needs is importable from here (``__all__``); deeper modules are the
+implementation. Importing ``ctxfold`` is light: names are resolved on first use.
 """
 
 from __future__ import annotations
@@ -15,56 +16,90 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+_ERRORS = (
+    "CtxfoldError", "ConfigError", "ConfigSyntaxError", "PluginError", "MessageError",
+    "SessionError", "ToolResultError", "ImporterError", "StoreError", "SidecarError",
+    "SidecarVersionError", "StaleContextError", "MaintenanceError", "CompactionRequiredError",
+    "SummaryFailedError", "PolicyFailedError", "SmokeError", "ProviderError",
+    "AuthenticationError", "RateLimitError", "ContextLimitError", "ServerError",
+    "ProviderConnectionError", "ProviderTimeoutError", "ProviderResponseError",
+    "ProviderRequestError",
+)
 _EXPORTS = {
-    "CtxfoldError": "ctxfold.kernel.errors",
-    "ConfigError": "ctxfold.kernel.errors",
-    "PluginError": "ctxfold.kernel.errors",
-    "SessionError": "ctxfold.kernel.errors",
-    "StoreError": "ctxfold.kernel.errors",
-    "SidecarError": "ctxfold.kernel.errors",
-    "ContextLimitError": "ctxfold.kernel.errors",
-    "CompactionRequiredError": "ctxfold.kernel.errors",
+    **dict.fromkeys(_ERRORS, "ctxfold.kernel.errors"),
+    "ContextManager": "ctxfold.engine.manager",
+    "open_session": "ctxfold.engine.manager",
+    "ResumeResult": "ctxfold.engine.manager",
+    "PreparedRequest": "ctxfold.engine.prepared",
+    "load_config": "ctxfold.config.load",
+    "LoadedConfig": "ctxfold.config.load",
+    "Config": "ctxfold.kernel.config",
     "Message": "ctxfold.kernel.types",
     "ToolCall": "ctxfold.kernel.types",
     "ToolSchema": "ctxfold.kernel.types",
     "Usage": "ctxfold.kernel.types",
-    "Projection": "ctxfold.kernel.types",
-    "Receipt": "ctxfold.kernel.types",
-    "CacheState": "ctxfold.kernel.types",
-    "SidecarState": "ctxfold.kernel.types",
-    "Config": "ctxfold.config.schema",
+    "ChatRequest": "ctxfold.kernel.types",
+    "ChatResponse": "ctxfold.kernel.types",
+    "SummaryRequest": "ctxfold.kernel.types",
+    "SummaryResult": "ctxfold.kernel.types",
+    "Projection": "ctxfold.kernel.state",
+    "Receipt": "ctxfold.kernel.state",
+    "CacheState": "ctxfold.kernel.state",
+    "SidecarState": "ctxfold.kernel.state",
     "hookimpl": "ctxfold.kernel.hookspecs",
-    "StrategySpec": "ctxfold.kernel.strategies",
-    "make_plugin_manager": "ctxfold.kernel.registry",
+    "StrategySpec": "ctxfold.kernel.contracts",
+    "ProviderDefaults": "ctxfold.kernel.contracts",
     "Registry": "ctxfold.kernel.registry",
-    "message_from_openai": "ctxfold.kernel.convert",
-    "message_to_openai": "ctxfold.kernel.convert",
+    "message_from_openai": "ctxfold.interop.chat",
+    "message_to_openai": "ctxfold.interop.chat",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxfold.config.schema import Config
-    from ctxfold.kernel.convert import message_from_openai, message_to_openai
+    from ctxfold.config.load import LoadedConfig, load_config
+    from ctxfold.engine.manager import ContextManager, ResumeResult, open_session
+    from ctxfold.engine.prepared import PreparedRequest
+    from ctxfold.interop.chat import message_from_openai, message_to_openai
+    from ctxfold.kernel.config import Config
+    from ctxfold.kernel.contracts import ProviderDefaults, StrategySpec
     from ctxfold.kernel.errors import (
+        AuthenticationError,
         CompactionRequiredError,
         ConfigError,
+        ConfigSyntaxError,
         ContextLimitError,
         CtxfoldError,
+        ImporterError,
+        MaintenanceError,
+        MessageError,
         PluginError,
+        PolicyFailedError,
+        ProviderConnectionError,
+        ProviderError,
+        ProviderRequestError,
+        ProviderResponseError,
+        ProviderTimeoutError,
+        RateLimitError,
+        ServerError,
         SessionError,
         SidecarError,
+        SidecarVersionError,
+        SmokeError,
+        StaleContextError,
         StoreError,
+        SummaryFailedError,
+        ToolResultError,
     )
     from ctxfold.kernel.hookspecs import hookimpl
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
-    from ctxfold.kernel.strategies import StrategySpec
+    from ctxfold.kernel.registry import Registry
+    from ctxfold.kernel.state import CacheState, Projection, Receipt, SidecarState
     from ctxfold.kernel.types import (
-        CacheState,
+        ChatRequest,
+        ChatResponse,
         Message,
-        Projection,
-        Receipt,
-        SidecarState,
+        SummaryRequest,
+        SummaryResult,
         ToolCall,
         ToolSchema,
         Usage,

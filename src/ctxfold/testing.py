@@ -9,7 +9,7 @@ Fixtures:
 * ``ctxfold_plugin_manager`` — a fresh plugin manager with the built-ins and every installed
   third-party plugin (so your plugin, installed in the test environment, is there).
 * ``ctxfold_registry`` — the strategy registry built from it.
-* ``ctxfold_config`` — a :class:`~ctxfold.config.schema.Config` whose store lives in the
+* ``ctxfold_config`` — a :class:`~ctxfold.kernel.config.Config` whose store lives in the
   test's ``tmp_path`` (offline: ``extractive`` summarizer, ``heuristic`` estimator).
 * ``ctxfold_emulator`` — a factory: ``ctxfold_emulator(profile="deepseek", **kwargs)`` starts a
   loopback :class:`~ctxfold.emulator.Emulator` on 127.0.0.1 and stops it after the test.
@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import pytest
 
-from ctxfold.config.schema import (
+from ctxfold.kernel.config import (
     Config,
     EstimatorConfig,
     ProviderConfig,

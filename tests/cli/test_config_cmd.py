@@ -11,7 +11,8 @@ import pytest
 
 from ctxfold.cli.main import main
 from ctxfold.config.load import load_config
-from ctxfold.config.schema import Config
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.registry import Registry
 
 SECRET = "sk-test-DO-NOT-PRINT-123"
 PASSWORD = "hunter2-secret"
@@ -87,7 +88,8 @@ def test_init_writes_a_private_file_that_loads_as_the_defaults(
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert "# The only automatic trigger" in path.read_text()
     loaded = load_config(cwd=project, env={}, user_config_path=project / "none.toml")
-    assert loaded.config == Config() and loaded.notices == ()
+    assert loaded.config == Registry.from_config().resolve_provider(Config())
+    assert loaded.notices == ()
     assert loaded.sources["agent.compact_ratio"] == f"project file {path}"
 
 

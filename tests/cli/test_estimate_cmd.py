@@ -12,9 +12,9 @@ import pytest
 
 from ctxfold.cli import common, estimate_cmd
 from ctxfold.cli.main import COMMAND_MODULES
-from ctxfold.config.schema import Config
+from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import ImporterError
-from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.registry import Registry
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are terse."},
@@ -42,7 +42,7 @@ def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(common, "load_cli_config", lambda _args: _Loaded(Config()))
     monkeypatch.setattr(
         common, "load_registry",
-        lambda _args: Registry(make_plugin_manager(load_entry_points=False)),
+        lambda _args: Registry.from_config(load_entry_points=False),
     )
 
 
@@ -55,7 +55,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def heuristic_total(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> int:
-    from ctxfold.kernel.convert import message_from_openai, tool_schema_from_openai
+    from ctxfold.interop.chat import message_from_openai, tool_schema_from_openai
     from ctxfold.kernel.types import RequestShape
     from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ctxfold.cli.main import main
+from ctxfold.engine.manager import open_session
 from ctxfold.kernel.types import Message
 
 CONFIG = """\
@@ -30,13 +31,12 @@ TELEMETRY_KEYS = {"kind", "trigger", "action", "tokens_before", "tokens_after", 
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Session ``s`` with one manual checkpoint installed (projection v1, receipt, telemetry)."""
     from ctxfold.config.load import load_config
-    from ctxfold.kernel.engine import ContextManager
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
     (tmp_path / "ctxfold.toml").write_text(CONFIG)
     config = load_config(cwd=tmp_path).config
-    cm = ContextManager.open("s", config=config)
+    cm = open_session("s", config=config)
     cm.append(Message(role="system", content="be brief"),
               Message(role="user", content="the task: " + "alpha " * 200))
     for i in range(6):

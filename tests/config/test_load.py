@@ -9,11 +9,11 @@ import attrs
 import pytest
 
 from ctxfold.config.load import LoadedConfig, load_config, validate_strategy_names
-from ctxfold.config.schema import LEGACY_AGENT_KEYS, Config
+from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
+from ctxfold.kernel.contracts import StrategySpec
 from ctxfold.kernel.errors import ConfigError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategySpec
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -40,8 +40,12 @@ def _error(dirs: dict[str, Path], **kwargs: Any) -> str:
 
 def test_defaults_when_nothing_is_configured(dirs: dict[str, Path]) -> None:
     loaded = _load(dirs)
-    assert loaded.config == Config()
-    assert set(loaded.sources.values()) == {"default"}
+    # Nothing configured = the schema's defaults, with what the default provider declares
+    # filled into the [provider] values the schema leaves unset.
+    assert loaded.config == Registry.from_config().resolve_provider(Config())
+    declared = {"provider.model", "provider.context_window", "provider.cache_ttl_minutes"}
+    assert {loaded.sources[k] for k in declared} == {"provider default (emulator)"}
+    assert {v for k, v in loaded.sources.items() if k not in declared} == {"default"}
     assert "agent.compact_ratio" in loaded.sources and "plugins.disabled" in loaded.sources
     assert loaded.notices == () and loaded.files == ()
 

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxfold.config.migrate import migrate_file, scan_pairs
-from ctxfold.config.schema import LEGACY_AGENT_KEYS
+from ctxfold.config.migrate import migrate_file
+from ctxfold.config.toml_lexer import scan_pairs
+from ctxfold.kernel.config import LEGACY_AGENT_KEYS
 from ctxfold.kernel.errors import ConfigError
 
 ML_BASIC = 'notes = """\nsoft_compact_ratio = 1\n[agent]\ncontext_editing = "x"\n"""\n'

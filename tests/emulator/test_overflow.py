@@ -58,7 +58,8 @@ def test_mimo_overflow_body(chars) -> None:
         body = r.json()
         assert body["code"] == "400" and body["type"] == "" and body["param"] == "messages"
         assert body["message"].startswith("Param Incorrect")
-        assert "(1000 tokens)" in body["message"] and "(200)" in body["message"]
+        assert "maximum context length is 1000 tokens" in body["message"]
+        assert "(942 in the messages, 200 in the completion)" in body["message"]
         assert emu.requests[0].status == 400
 
 

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from ctxfold.emulator import Emulator, ReplySpec
-from ctxfold.kernel.convert import message_to_openai
+from ctxfold.interop.chat import message_to_openai
 from ctxfold.kernel.types import Message, ToolCall
 
 summary_mod = pytest.importorskip("ctxfold.kernel.summary")
@@ -49,17 +49,19 @@ def test_summary_request_gets_extractive_summary_over_http(chars) -> None:
 def test_llm_summarizer_through_deepseek_provider(chars) -> None:
     deepseek = pytest.importorskip("ctxfold.plugins.providers.deepseek")
     llm = pytest.importorskip("ctxfold.plugins.summarizers.llm")
-    from ctxfold.config.schema import Config, ProviderConfig
-    from ctxfold.kernel.strategies import StrategyContext
+    from ctxfold.kernel.config import Config, ProviderConfig
+    from ctxfold.kernel.contracts import StrategyContext
+    from ctxfold.kernel.kinds import ProviderOptions
+    from ctxfold.kernel.registry import Registry
 
     request = summary_mod.build_summary_request(
         Message(role="system", content="You are a coding agent."), fold_region(), (),
         window=100_000)
     with Emulator("deepseek", counter=chars) as emu:
         config = Config(provider=ProviderConfig(name="deepseek", base_url=emu.base_url))
-        context = StrategyContext(config=config, registry=None,  # type: ignore[arg-type]
-                                  options={"api_key": "test-key", "max_retries": 0,
-                                           "total_timeout": 10.0})
+        context = StrategyContext(config=config, registry=Registry.from_config(),
+                                  options=ProviderOptions(api_key="test-key", max_retries=0,
+                                                          total_timeout=10.0))
         provider = deepseek.create(context)
         result = llm.LLMSummarizer(provider).summarize(request)
         assert result.text == extractive.ExtractiveSummarizer().summarize(request).text

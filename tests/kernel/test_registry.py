@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import StrategySpec
 from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions
 from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategySpec
 from ctxfold.plugins import DEFAULT_PLUGINS
 
 
@@ -16,6 +18,12 @@ class _Counter:
 
     def estimate(self, shape):  # pragma: no cover - not called here
         return 0
+
+    def calibrate(self, shape, usage):  # pragma: no cover - not called here
+        return False
+
+    def reset_calibration(self):  # pragma: no cover - not called here
+        pass
 
 
 def _estimator_plugin(name: str):
@@ -34,11 +42,12 @@ def test_builtins_are_registered_from_default_plugins() -> None:
 
 
 def test_every_spec_records_its_source() -> None:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
+    registry = Registry.from_config(load_entry_points=False)
     specs = registry.specs()
     assert specs, "built-ins register strategies"
     for spec in specs:
-        assert spec.source.startswith("builtin:ctxfold.plugins."), spec
+        builtin = ("builtin:ctxfold.plugins.", "builtin:ctxfold.emulator.")
+        assert spec.source.startswith(builtin), spec
 
 
 def test_unknown_name_lists_available() -> None:
@@ -83,10 +92,12 @@ def test_create_calls_the_factory_with_context() -> None:
                 )
             ]
 
-    registry = Registry(make_plugin_manager(load_entry_points=False, extra_plugins=[Plugin()]))
-    built = registry.create("estimator", "spy", "CTX")  # type: ignore[arg-type]
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
+    options = EstimatorOptions(encoding="x")
+    built = registry.create(ESTIMATOR, "spy", config=Config(), options=options)
     assert isinstance(built, _Counter)
-    assert seen == ["CTX"]
+    assert [ctx.options for ctx in seen] == [options]
+    assert seen[0].registry is registry
 
 
 def test_wrong_kind_from_a_hook_is_refused() -> None:
@@ -96,7 +107,7 @@ def test_wrong_kind_from_a_hook_is_refused() -> None:
             return [StrategySpec(kind="store", name="odd", factory=lambda ctx: None)]
 
     with pytest.raises(PluginError, match="registered store 'odd' from the estimator hook"):
-        Registry(make_plugin_manager(load_entry_points=False, extra_plugins=[Plugin()]))
+        Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
 
 
 def test_every_hookspec_is_documented() -> None:

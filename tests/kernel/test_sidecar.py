@@ -11,19 +11,16 @@ from typing import Any
 import attrs
 import pytest
 
-from ctxfold.config.schema import Config
-from ctxfold.kernel.convert import message_from_dict
+from ctxfold.kernel.codec import message_from_dict
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import SidecarCodec
 from ctxfold.kernel.errors import SidecarVersionError
 from ctxfold.kernel.fingerprint import covered_prefix_hash
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.sidecar import (
-    SidecarCodec,
-    fresh_state,
-    load_sidecar,
-    save_sidecar,
-    sidecar_codec,
-)
-from ctxfold.kernel.types import Message, SidecarState
+from ctxfold.kernel.kinds import SIDECAR_FORMAT
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.sidecar import fresh_state, load_sidecar, save_sidecar
+from ctxfold.kernel.state import SidecarState
+from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs import FsStore, StoreWarning
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"
@@ -33,7 +30,8 @@ BOUNDED_HASH = "cbf27bb5284b860074aa45bd88792d14"
 @pytest.fixture
 def codec() -> SidecarCodec:
     # The kernel's way: from the registry, never by importing the plugin.
-    return sidecar_codec(Registry(make_plugin_manager(load_entry_points=False)), Config())
+    return Registry.from_config(load_entry_points=False).create(SIDECAR_FORMAT, "v3",
+                                                                config=Config())
 
 
 @pytest.fixture

@@ -7,20 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxfold.kernel.errors import MaintenanceError, SummaryFailedError
-from ctxfold.kernel.strategies import SummaryResult
 from ctxfold.kernel.summary import (
     SUMMARY_HEADINGS,
     SUMMARY_INSTRUCTION,
     SUMMARY_INSTRUCTION_MARKER,
     build_summary_request,
-    is_compaction_summary,
+    is_summary_message,
     is_summary_request,
     summary_output_cap,
     unwrap_summary,
     validate_summary_result,
     wrap_summary,
 )
-from ctxfold.kernel.types import Message, ToolCall, ToolSchema
+from ctxfold.kernel.types import Message, SummaryResult, ToolCall, ToolSchema
 
 SYSTEM = Message(role="system", content="You are a coding agent.")
 REGION = (
@@ -103,7 +102,7 @@ def test_wrap_exact_bytes_and_round_trip() -> None:
         "<compaction-summary>\nSummary of earlier conversation (older messages were "
         "compacted to save context):\n## Goal\n- fix it\n</compaction-summary>"
     )
-    assert is_compaction_summary(message)
+    assert is_summary_message(message)
     assert unwrap_summary(message) == "## Goal\n- fix it"
 
 
@@ -113,9 +112,9 @@ def test_wrap_unwrap_round_trip_any_text(text: str) -> None:
 
 
 def test_is_compaction_summary_needs_user_role_and_left_trimmed_tag() -> None:
-    assert is_compaction_summary(Message(role="user", content="  \n<compaction-summary>x"))
-    assert not is_compaction_summary(Message(role="assistant", content="<compaction-summary>"))
-    assert not is_compaction_summary(Message(role="user", content="see <compaction-summary>"))
+    assert is_summary_message(Message(role="user", content="  \n<compaction-summary>x"))
+    assert not is_summary_message(Message(role="assistant", content="<compaction-summary>"))
+    assert not is_summary_message(Message(role="user", content="see <compaction-summary>"))
     with pytest.raises(MaintenanceError, match="not a <compaction-summary>"):
         unwrap_summary(Message(role="user", content="hello"))
 

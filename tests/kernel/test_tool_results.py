@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxfold.kernel.capability import read_tool_result
+from ctxfold.capabilities.tool_result import read_tool_result
 from ctxfold.kernel.tool_results import (
     TOOL_CONTENT_BOUND,
     bound_tool_content,

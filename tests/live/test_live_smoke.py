@@ -10,10 +10,10 @@ import os
 
 import pytest
 
-from ctxfold.config.schema import Config, ProviderConfig
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import ChatRequest, StrategyContext
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.config import Config, ProviderConfig
+from ctxfold.kernel.kinds import PROVIDER
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.types import ChatRequest, Message
 
 pytestmark = pytest.mark.live
 
@@ -31,8 +31,8 @@ def test_one_short_turn_parses_usage(name: str, key_env: str, model: str) -> Non
     model = os.environ.get(f"CTXFOLD_LIVE_{name.upper()}_MODEL", model)
     config = Config(provider=ProviderConfig(name=name, model=model, api_key_env=key_env,
                                             max_retries=1, timeout_seconds=120))
-    registry = Registry(make_plugin_manager())
-    provider = registry.create("provider", name, StrategyContext(config=config, registry=registry))
+    registry = Registry.from_config()
+    provider = registry.create(PROVIDER, name, config=config)
     response = provider.complete(ChatRequest(
         messages=(Message(role="user", content="Reply with exactly: ok"),),
         model=model, max_output_tokens=64, effort="none",

@@ -10,22 +10,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxfold.config.schema import Config
-from ctxfold.kernel.convert import message_from_dict
+from ctxfold.kernel.codec import message_from_dict
+from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.sidecar import dumps_state, sidecar_codec
-from ctxfold.kernel.types import (
+from ctxfold.kernel.kinds import SIDECAR_FORMAT
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.sidecar import dumps_state
+from ctxfold.kernel.state import (
     CacheState,
-    Message,
     Projection,
     Receipt,
     ReceiptAction,
     ReceiptStatus,
     SidecarState,
     TelemetryRecord,
-    ToolCall,
 )
+from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.plugins.sidecar_v3 import LEGACY_FIELDS, SidecarV3Codec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"
@@ -54,9 +54,9 @@ def codec() -> SidecarV3Codec:
 
 
 def test_registered_as_sidecar_format_v3() -> None:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
+    registry = Registry.from_config(load_entry_points=False)
     assert "v3" in registry.names("sidecar_format")
-    built = sidecar_codec(registry, Config())
+    built = registry.create(SIDECAR_FORMAT, "v3", config=Config())
     assert isinstance(built, SidecarV3Codec)
 
 

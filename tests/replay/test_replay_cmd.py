@@ -10,7 +10,7 @@ import pytest
 
 from ctxfold.cli.main import main
 from ctxfold.cli.replay_cmd import expand_paths, profile_window
-from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.registry import Registry
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "transcripts"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    return Registry(make_plugin_manager(load_entry_points=False))
+    return Registry.from_config(load_entry_points=False)
 
 
 def test_a_folder_of_sessions_is_walked(registry: Registry, tmp_path: Path) -> None:
@@ -39,8 +39,8 @@ def test_the_shared_transcripts_folder_expands_to_every_session(registry: Regist
 
 def test_readme_mentioning_the_xml_root_is_not_an_export(registry: Registry,
                                                          tmp_path: Path) -> None:
+    from ctxfold.importing import detect_format
     from ctxfold.kernel.errors import ImporterError
-    from ctxfold.kernel.importing import detect_format
 
     readme = tmp_path / "README.xml"
     readme.write_text("This folder holds a <claude-session> export.\n")

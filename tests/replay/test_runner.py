@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from ctxfold.config.schema import Config
 from ctxfold.emulator.cache import PrefixCache
 from ctxfold.emulator.tokens import ASSISTANT, BOS, EOS, USER, encode_segments, request_segments
-from ctxfold.kernel.importing import ImportedSession
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategyContext
-from ctxfold.kernel.types import Message, RequestShape, Usage
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.types import ImportedSession, Message, RequestShape, Usage
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.replay import ReplaySettings, replay_sessions
 from ctxfold.replay.demo import DEMO_WINDOW, demo_session
@@ -58,7 +56,7 @@ PRICE = Price(name="t", model="t", hit=1.0, miss=10.0, output=100.0, emulator_pr
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    return Registry(make_plugin_manager(load_entry_points=False))
+    return Registry.from_config(load_entry_points=False)
 
 
 def tiny_replay(registry: Registry, messages: list[Message], window: int = 100_000,
@@ -67,7 +65,7 @@ def tiny_replay(registry: Registry, messages: list[Message], window: int = 100_0
                               reported_usage=(None,) * len(messages))
     return replay_session(
         session, names, registry=registry,
-        context=StrategyContext(config=Config(), registry=registry),
+        config=Config(),
         estimator=TemplateEstimator(), summarizer=ExtractiveSummarizer(), price=PRICE,
         window=window, compact_ratio=0.8, tokens=CharTokens(),
         cache_factory=lambda _p: (PrefixCache(unit=1, clock=lambda: 0.0), False),
@@ -110,7 +108,7 @@ class _Vandal:
         self.seen.append(message)
 
     def request(self) -> Any:
-        from ctxfold.replay.policy import PolicyRequest
+        from ctxfold.kernel.types import PolicyRequest
 
         edited = [Message(role=m.role, content=m.content + "!") if m.role == "user" else m
                   for m in self.seen]
@@ -121,15 +119,15 @@ class _Vandal:
 
 
 def test_broken_invariants_are_detected() -> None:
+    from ctxfold.kernel.contracts import StrategySpec
     from ctxfold.kernel.hookspecs import hookimpl
-    from ctxfold.kernel.strategies import StrategySpec
 
     class Plugin:
         @hookimpl
         def ctxfold_policies(self):
             return [StrategySpec(kind="policy", name="vandal", factory=lambda ctx: _Vandal())]
 
-    registry = Registry(make_plugin_manager(load_entry_points=False, extra_plugins=[Plugin()]))
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
     messages = [Message(role="system", content="sys"), Message(role="user", content="a"),
                 Message(role="assistant", content="1"), Message(role="user", content="b"),
                 Message(role="assistant", content="2"), Message(role="user", content="c"),

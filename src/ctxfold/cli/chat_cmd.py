@@ -23,8 +23,8 @@ from ctxfold.cli.common import add_config_flag
 from ctxfold.cli.sessions_cmd import add_root_flag
 
 if TYPE_CHECKING:
-    from ctxfold.kernel.engine import ContextManager
-    from ctxfold.kernel.strategies import Provider
+    from ctxfold.engine.manager import ContextManager
+    from ctxfold.kernel.contracts import Provider
     from ctxfold.kernel.types import Usage
 
 HELP = """commands:
@@ -174,21 +174,20 @@ class ChatLoop:
 
 def run(args: argparse.Namespace) -> int:
     from ctxfold.cli.sessions_cmd import open_store
-    from ctxfold.kernel.engine import ContextManager
+    from ctxfold.engine.manager import open_session
+    from ctxfold.kernel.kinds import PROVIDER
     from ctxfold.kernel.session_id import validate_session_id
-    from ctxfold.kernel.strategies import StrategyContext
     from ctxfold.kernel.types import Message
 
     handle = open_store(args)
     session_id = validate_session_id(
         args.session or "chat-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
     config, registry = handle.config, handle.registry
-    provider = registry.create("provider", config.provider.name,
-                               StrategyContext(config=config, registry=registry))
+    provider = registry.create(PROVIDER, config.provider.name, config=config)
     try:
         existed = handle.store.exists(session_id)
-        cm = ContextManager.open(session_id, config=config, registry=registry,
-                                 store=handle.store, provider=provider)
+        cm = open_session(session_id, config=config, registry=registry,
+                          store=handle.store, provider=provider)
         if existed:
             resumed = cm.resume()
             notice = f"; {resumed.notice}" if resumed.notice else ""

@@ -84,7 +84,7 @@ def load_registry(args: argparse.Namespace, *, validate: bool = True) -> Registr
     import sys
 
     from ctxfold.config.load import validate_strategy_names
-    from ctxfold.kernel.registry import Registry, make_plugin_manager, unknown_disabled
+    from ctxfold.kernel.registry import Registry, unknown_disabled
 
     loaded = load_cli_config(args)
     disabled = loaded.config.plugins.disabled
@@ -93,7 +93,7 @@ def load_registry(args: argparse.Namespace, *, validate: bool = True) -> Registr
               f"plugins.disabled names {name!r}, which is no built-in plugin module (e.g. "
               "'estimators.heuristic') and no installed entry point; nothing was disabled "
               "for it", file=sys.stderr)
-    registry = Registry(make_plugin_manager(disabled))
+    registry = Registry.from_config(loaded.config)
     if validate:
         validate_strategy_names(loaded, registry)
     return registry

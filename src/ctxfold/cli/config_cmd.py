@@ -24,7 +24,9 @@ _HELP = {
     '"https://api.deepseek.com".',
     "provider.api_key_env": 'NAME of the environment variable holding the API key, e.g. '
     '"DEEPSEEK_API_KEY".\n# Never put the key itself in this file.',
-    "provider.context_window": "Model context window in tokens.",
+    "provider.model": 'Empty = the model the provider declares (`ctxfold config show` tells).',
+    "provider.context_window": "Model context window in tokens; 0 = the provider's declared "
+    "window.",
     "provider.cache_ttl_minutes": "Prompt-cache TTL for resume labelling; 0 = the provider's "
     "documented TTL.",
     "provider.timeout_seconds": "Total time allowed for one request, streaming included.",
@@ -32,7 +34,9 @@ _HELP = {
     "estimator.name": "heuristic | tiktoken | deepseek | <plugin>",
     "summarizer.name": "llm | extractive | <plugin>",
     "summarizer.model": "Empty = the provider's model.",
+    "pruner.name": "head-tail | <plugin>",
     "store.name": "fs | <plugin>",
+    "store.sidecar_format": "v3 | <plugin>",
     "store.path": "Session directory, relative to the working directory.",
     "plugins.disabled": 'Plugins to block, e.g. ["estimators.tiktoken"] or an entry-point '
     "name.",
@@ -86,7 +90,7 @@ def effective_rows(loaded: Any) -> list[tuple[str, str, Any, str]]:
     import attrs
 
     from ctxfold.config.load import DEFAULT_SOURCE
-    from ctxfold.config.secrets import redact
+    from ctxfold.kernel.secrets import redact_value as redact
 
     legacy = _legacy_keys()
     rows = []
@@ -155,7 +159,7 @@ def default_config_text() -> str:
     """The commented default configuration written by ``ctxfold config init``."""
     import attrs
 
-    from ctxfold.config.schema import Config
+    from ctxfold.kernel.config import Config
 
     legacy = _legacy_keys()
     lines = [
@@ -179,7 +183,7 @@ def default_config_text() -> str:
 
 
 def run_init(args: argparse.Namespace) -> int:
-    from ctxfold.kernel.atomic import atomic_write
+    from ctxfold.atomic import atomic_write
     from ctxfold.kernel.errors import ConfigError
 
     path = Path(args.path)

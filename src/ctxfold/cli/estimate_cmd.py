@@ -53,7 +53,7 @@ def read_session(
 ) -> tuple[list[Message], list[ToolSchema]]:
     """Messages and recorded tool schemas of one session file, in any importer format
     (auto-detected unless ``fmt`` names one; see ``docs/importers.md``)."""
-    from ctxfold.kernel.importing import import_session
+    from ctxfold.importing import import_session
 
     session = import_session(Path(path), registry, fmt)
     return list(session.messages), list(session.tools)
@@ -64,15 +64,15 @@ def read_session_file(
 ) -> list[Message]:
     """The messages of one session file (any importer format)."""
     if registry is None:
-        from ctxfold.kernel.registry import Registry, make_plugin_manager
+        from ctxfold.kernel.registry import Registry
 
-        registry = Registry(make_plugin_manager())
+        registry = Registry.from_config()
     return read_session(path, registry, fmt)[0]
 
 
 def read_tools_file(path: str | Path) -> list[ToolSchema]:
     """Tool schemas from a JSON list of OpenAI ``{"type": "function", "function": ...}``."""
-    from ctxfold.kernel.convert import tool_schema_from_openai
+    from ctxfold.interop.chat import tool_schema_from_openai
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -102,14 +102,12 @@ def estimate_session(estimator: Any, messages: list[Message], tools: list[ToolSc
 
 def run(args: argparse.Namespace) -> int:
     from ctxfold.cli.common import load_cli_config, load_registry
-    from ctxfold.kernel.strategies import StrategyContext
+    from ctxfold.kernel.kinds import ESTIMATOR
 
     loaded = load_cli_config(args)
     registry = load_registry(args)
     name = args.estimator or loaded.config.estimator.name
-    estimator = registry.create(
-        "estimator", name, StrategyContext(config=loaded.config, registry=registry)
-    )
+    estimator = registry.create(ESTIMATOR, name, config=loaded.config)
     extra_tools = read_tools_file(args.tools) if args.tools else []
     sessions: list[dict[str, Any]] = []
     for path in args.paths:

@@ -22,7 +22,8 @@ from ctxfold.cli.common import add_config_flag
 from ctxfold.cli.sessions_cmd import StoreHandle, add_root_flag, iso_time, require_session
 
 if TYPE_CHECKING:
-    from ctxfold.kernel.types import Message, SidecarState
+    from ctxfold.kernel.state import SidecarState
+    from ctxfold.kernel.types import Message
 
 #: Protocol reserve below the window (SPEC §2 hard ceiling).
 PROTOCOL_RESERVE = 256
@@ -48,7 +49,7 @@ def read_canonical(handle: StoreHandle, session_id: str) -> tuple[list[Message],
     path = getattr(handle.store, "transcript_path", None)
     if path is None:  # another store: its load() is the only reader there is
         return handle.store.load(session_id), []
-    from ctxfold.plugins.stores.jsonl import parse_transcript
+    from ctxfold.plugins.stores.fs_lines import parse_transcript
 
     file = path(session_id)
     parsed = parse_transcript(file.read_bytes(), file)
@@ -63,13 +64,16 @@ def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message
                ) -> tuple[SidecarState, bool, str, list[str]]:
     """Decode and validate the sidecar without writing; (state, present, error, notices)."""
     from ctxfold.kernel.errors import CtxfoldError, SidecarVersionError
-    from ctxfold.kernel.sidecar import fresh_state, sidecar_codec, validate_projection
+    from ctxfold.kernel.kinds import SIDECAR_FORMAT
+    from ctxfold.kernel.sidecar import fresh_state, validate_projection
 
     try:
         raw = handle.store.read_sidecar(session_id)
         if raw is None:
             return fresh_state(), False, "", []
-        state = sidecar_codec(handle.registry, handle.config).decode(json.loads(raw))
+        codec = handle.registry.create(SIDECAR_FORMAT, handle.config.store.sidecar_format,
+                                       config=handle.config)
+        state = codec.decode(json.loads(raw))
     except SidecarVersionError as exc:
         error = (f"{exc}; opening the session fails and keeps the file until ctxfold is "
                  "upgraded")
@@ -83,7 +87,7 @@ def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message
 
 def visible(state: SidecarState, canonical: Sequence[Message]) -> list[Message]:
     """Projection body + canonical tail, else canonical (the kernel's own rule)."""
-    from ctxfold.kernel.fold import visible_view
+    from ctxfold.kernel.view import visible_view
 
     return visible_view(state.projection, canonical)
 
@@ -95,24 +99,21 @@ def _plain(obj: Any) -> Any:
 def collect(handle: StoreHandle, session_id: str, *, now: float | None = None
             ) -> dict[str, Any]:
     """Everything ``inspect`` reports, as a JSON-ready dict (see ``docs/cli.md``)."""
-    from ctxfold.kernel.session import cache_ttl_for
-    from ctxfold.kernel.strategies import StrategyContext
-    from ctxfold.kernel.types import CacheState, RequestShape
+    from ctxfold.kernel.kinds import ESTIMATOR
+    from ctxfold.kernel.state import CacheState
+    from ctxfold.kernel.types import RequestShape
 
     require_session(handle, session_id)
     canonical, notices = read_canonical(handle, session_id)
     state, present, error, more = read_state(handle, session_id, canonical)
     notices += more
     view = visible(state, canonical)
-    config = handle.config
-    estimator = handle.registry.create(
-        "estimator", config.estimator.name,
-        StrategyContext(config=config, registry=handle.registry),
-    )
+    config = handle.registry.resolve_provider(handle.config)
+    estimator = handle.registry.create(ESTIMATOR, config.estimator.name, config=config)
     tokens = int(estimator.estimate(RequestShape(view)))
     window = config.provider.context_window
     trigger = math.floor(window * config.agent.compact_ratio)
-    ttl = cache_ttl_for(config)
+    ttl = config.provider.cache_ttl_minutes
     last = handle.store.last_activity(session_id)
     now = time.time() if now is None else now
     idle = None if last is None else max(0.0, now - last)

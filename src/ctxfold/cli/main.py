@@ -27,7 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ctxfold.cli.sessions_cmd",
     "ctxfold.cli.inspect_cmd",
     "ctxfold.cli.chat_cmd",
-    "ctxfold.cli.e2e_cmd",
+    "ctxfold.cli.smoke_cmd",
     "ctxfold.cli.replay_cmd",
 )
 

@@ -66,7 +66,7 @@ def _policies(spec: str, available: list[str]) -> tuple[str, ...]:
 def _write(path: str, text: str) -> None:
     import os
 
-    from ctxfold.kernel.atomic import atomic_write
+    from ctxfold.atomic import atomic_write
 
     umask = os.umask(0)
     os.umask(umask)
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ctxfold.cli.common import load_cli_config, load_registry
-    from ctxfold.kernel.importing import import_session
+    from ctxfold.importing import import_session
     from ctxfold.replay import ReplaySettings
     from ctxfold.replay.demo import DEMO_WINDOW, demo_session
     from ctxfold.replay.pricing import DEFAULT_PROFILE, get_price
@@ -152,7 +152,7 @@ SESSION_SUFFIXES = (".json", ".jsonl", ".traj", ".xml", ".ndjson")
 def expand_paths(paths: list[str], registry: Any, fmt: str | None) -> list[Path]:
     """Each PATH as given, except that a directory no importer reads as one session (an
     OpenHands conversation is one) is walked for the sessions inside it."""
-    from ctxfold.kernel.importing import detect_format
+    from ctxfold.importing import detect_format
 
     out: list[Path] = []
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    from ctxfold.config.schema import Config
+    from ctxfold.kernel.config import Config
+    from ctxfold.kernel.contracts import Store
     from ctxfold.kernel.registry import Registry
-    from ctxfold.kernel.strategies import Store
     from ctxfold.kernel.types import Message
 
 
@@ -46,23 +46,20 @@ def add_root_flag(parser: argparse.ArgumentParser) -> None:
 
 def open_store(args: argparse.Namespace) -> StoreHandle:
     """The configured store, with ``--root`` overriding ``[store] path``."""
+    import attrs
+
     from ctxfold.cli.common import load_cli_config
-    from ctxfold.kernel.convert import evolve
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
-    from ctxfold.kernel.strategies import StrategyContext
+    from ctxfold.kernel.kinds import STORE, StoreOptions
+    from ctxfold.kernel.registry import Registry
 
     config = load_cli_config(args).config
-    options: dict[str, Any] = {}
     root = getattr(args, "root", None)
     if root:
         # Set both so any store honouring either the option or the config agrees.
-        options["path"] = str(root)
-        config = evolve(config, store=evolve(config.store, path=str(root)))
-    registry = Registry(make_plugin_manager(config.plugins.disabled))
-    store = registry.create(
-        "store", config.store.name,
-        StrategyContext(config=config, registry=registry, options=options),
-    )
+        config = attrs.evolve(config, store=attrs.evolve(config.store, path=str(root)))
+    registry = Registry.from_config(config)
+    store = registry.create(STORE, config.store.name, config=config,
+                            options=StoreOptions(path=str(root) if root else None))
     return StoreHandle(store=store, config=config, registry=registry,
                        where=str(root or config.store.path))
 
@@ -142,7 +139,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def message_json(message: Message, *, raw: bool) -> dict[str, Any]:
     """A message as JSON; ``raw_content`` only with ``raw`` (it is local-only text)."""
-    from ctxfold.kernel.convert import message_to_dict
+    from ctxfold.kernel.codec import message_to_dict
 
     data = message_to_dict(message)
     if not raw:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -37,25 +36,21 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import attrs
+
+    from ctxfold.capabilities.tool_result import read_tool_result
     from ctxfold.cli.common import load_cli_config
-    from ctxfold.kernel.capability import read_tool_result
-    from ctxfold.kernel.convert import evolve
     from ctxfold.kernel.errors import SessionError
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
-    from ctxfold.kernel.strategies import StrategyContext
+    from ctxfold.kernel.kinds import STORE, StoreOptions
+    from ctxfold.kernel.registry import Registry
 
     config = load_cli_config(args).config
-    options: dict[str, Any] = {}
     if args.root:
         # --root wins over [store] path; set both so any store honouring either agrees.
-        options["path"] = Path(args.root)
-        config = evolve(config, store=evolve(config.store, path=str(args.root)))
-    registry = Registry(make_plugin_manager(config.plugins.disabled))
-    store = registry.create(
-        "store",
-        config.store.name,
-        StrategyContext(config=config, registry=registry, options=options),
-    )
+        config = attrs.evolve(config, store=attrs.evolve(config.store, path=str(args.root)))
+    registry = Registry.from_config(config)
+    store = registry.create(STORE, config.store.name, config=config,
+                            options=StoreOptions(path=str(args.root) if args.root else None))
     where = args.root or config.store.path
     if not store.exists(args.session):
         raise SessionError(

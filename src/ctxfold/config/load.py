@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from ctxfold.config.schema import LEGACY_AGENT_KEYS, Config
-from ctxfold.config.secrets import show_value
+from ctxfold.config.layers import Layer
+from ctxfold.config.migrate import default_migrations
 from ctxfold.config.strict import (
     SECTIONS,
     STRATEGY_KEYS,
@@ -40,12 +40,13 @@ from ctxfold.config.strict import (
     type_name,
     unknown_key,
 )
-from ctxfold.kernel.errors import ConfigError
-
-if TYPE_CHECKING:
-
-    from ctxfold.config.migrate import ConfigMigration
-    from ctxfold.kernel.registry import Registry
+from ctxfold.config.toml_lexer import scan_pairs
+from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
+from ctxfold.kernel.contracts import ConfigMigration
+from ctxfold.kernel.errors import ConfigError, ConfigSyntaxError, PluginError
+from ctxfold.kernel.kinds import KIND_BY_NAME
+from ctxfold.kernel.registry import Registry, provider_fill
+from ctxfold.kernel.secrets import show_value
 
 PROJECT_FILE_NAME = "ctxfold.toml"
 USER_FILE_NAME = "config.toml"
@@ -71,33 +72,7 @@ class LoadedConfig:
 # -- layers ------------------------------------------------------------------------------------
 
 
-@attrs.define
-class _Layer:
-    """One source of settings: its raw data and where each key came from."""
-
-    source: str  # "user file /p", "env", "flags"
-    data: dict[str, Any]
-    origins: dict[str, str] = attrs.Factory(dict)  # dotted key -> "env CTXFOLD_X" / "flag --x"
-    lines: dict[str, int] = attrs.Factory(dict)  # dotted key -> line in the file
-    legacy_names: frozenset[str] = frozenset()
-    legacy_found: list[str] = attrs.Factory(list)
-
-    def origin(self, dotted: str) -> str:
-        if dotted in self.origins:
-            return self.origins[dotted]
-        line = self.lines.get(dotted) or min(
-            (n for k, n in self.lines.items() if k.startswith(dotted + ".")), default=0
-        )
-        return f"{self.source} line {line}" if line else self.source
-
-    def dotted_keys(self) -> Iterable[str]:
-        for section, table in self.data.items():
-            if isinstance(table, Mapping):
-                for name in table:
-                    yield f"{section}.{name}"
-
-
-def _read_file(path: Path, label: str) -> _Layer:
+def _read_file(path: Path, label: str) -> Layer:
     source = f"{label} {path}"
     try:
         raw = path.read_bytes()
@@ -112,20 +87,18 @@ def _read_file(path: Path, label: str) -> _Layer:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: invalid TOML: {exc}; fix the syntax") from None
-    return _Layer(source=source, data=data, lines=_key_lines(text))
+    return Layer(source=source, data=data, lines=_key_lines(text))
 
 
 def _key_lines(text: str) -> dict[str, int]:
-    from ctxfold.config.migrate import TomlLexError, scan_pairs
-
     try:
         return {".".join(p.path): p.line for p in scan_pairs(text)}
-    except TomlLexError:  # line numbers are a courtesy; tomllib already accepted the text
+    except ConfigSyntaxError:  # line numbers are a courtesy; tomllib already accepted the text
         return {}
 
 
-def _env_layer(env: Mapping[str, str], legacy: frozenset[str]) -> _Layer:
-    layer = _Layer(source="env", data={})
+def _env_layer(env: Mapping[str, str], legacy: frozenset[str]) -> Layer:
+    layer = Layer(source="env", data={})
     problems = []
     for var in sorted(env):
         rest = var[len(ENV_PREFIX):] if var.startswith(ENV_PREFIX) else ""
@@ -148,8 +121,8 @@ def _env_layer(env: Mapping[str, str], legacy: frozenset[str]) -> _Layer:
 
 
 def _flag_layer(overrides: Mapping[str, Any], flag_names: Mapping[str, str],
-                legacy: frozenset[str]) -> _Layer:
-    layer = _Layer(source="flags", data={})
+                legacy: frozenset[str]) -> Layer:
+    layer = Layer(source="flags", data={})
     problems = []
     for dotted, value in overrides.items():
         if value is None:
@@ -166,7 +139,7 @@ def _flag_layer(overrides: Mapping[str, Any], flag_names: Mapping[str, str],
     return layer
 
 
-def _put(layer: _Layer, dotted: str, value: Any, origin: str, legacy: frozenset[str],
+def _put(layer: Layer, dotted: str, value: Any, origin: str, legacy: frozenset[str],
          problems: list[str]) -> None:
     section, _, name = dotted.partition(".")
     if isinstance(value, str) and dotted not in legacy:
@@ -190,7 +163,7 @@ def _join(problems: list[str]) -> str:
 # -- the pipeline ------------------------------------------------------------------------------
 
 
-def _validate(layer: _Layer, unclaimed: frozenset[str]) -> None:
+def _validate(layer: Layer, unclaimed: frozenset[str]) -> None:
     # Retired schema fields no migration strategy claims (plugin disabled) are unknown keys:
     # loading them as-is would break "always zero in memory".
     stray = [k for k in layer.dotted_keys() if k in unclaimed]
@@ -258,15 +231,15 @@ def load_config(
     (default ``--key-with-dashes``). With a ``registry``, retired keys are normalised by its
     ``config_migration`` strategies and strategy names are checked
     (:func:`validate_strategy_names`); without one, the built-in migrations are used.
+    Every ``[provider]`` value left unset is filled in from what the named provider declares
+    (source ``provider default (<name>)``), so naming a provider is enough.
     Raises :class:`ConfigError` naming the file/variable/flag, key, value and allowed values.
     """
-    from ctxfold.config.migrate import default_migrations
-
     env = os.environ if env is None else env
     cwd = Path.cwd() if cwd is None else Path(cwd)
     migrations: list[ConfigMigration] = default_migrations(registry)
     legacy = frozenset(f"{m.keys[0]}.{k}" for m in migrations for k in m.keys[1])
-    layers: list[_Layer] = []
+    layers: list[Layer] = []
     files: dict[str, Path] = {}
     user = _user_file(user_config_path, env)
     project = _project_file(config_path, cwd)
@@ -294,6 +267,7 @@ def load_config(
             merged.setdefault(section, {})[name] = layer.data[section][name]
             sources[dotted] = layer.origins.get(dotted, layer.source)
     config = strict_converter().structure(merged, Config)
+    config = _fill_provider(config, sources, registry)
     notices = (_migration_notice(found, files),) if found else ()
     loaded = LoadedConfig(config=config, sources=sources, notices=notices,
                           files=tuple(files.values()))
@@ -302,14 +276,29 @@ def load_config(
     return loaded
 
 
+def _fill_provider(config: Config, sources: dict[str, str], registry: Registry | None) -> Config:
+    """``config`` with the ``[provider]`` values it leaves unset taken from the provider's
+    declared defaults; ``sources`` records ``provider default (<name>)`` for each. An unknown
+    provider name is left for :func:`validate_strategy_names` to report."""
+    try:
+        registry = registry or Registry.from_config(config)
+        filled = provider_fill(config, registry.provider_defaults(config))
+    except PluginError:
+        return config
+    for key in filled:
+        sources[f"provider.{key}"] = f"provider default ({config.provider.name})"
+    return attrs.evolve(config, provider=attrs.evolve(config.provider, **filled))
+
+
 def validate_strategy_names(loaded: LoadedConfig, registry: Registry) -> None:
-    """Fail when ``[provider]``/``[estimator]``/``[summarizer]``/``[store]`` ``name`` is not
-    registered; the message names the source, key, value and the available names."""
+    """Fail when a strategy name in config (``[provider]``/``[estimator]``/``[pruner]``/
+    ``[summarizer]``/``[store]`` ``name``, ``[store] sidecar_format``) is not registered; the
+    message names the source, key, value and the available names."""
     problems = []
     for dotted, kind in STRATEGY_KEYS.items():
         section, _, name = dotted.partition(".")
         value = getattr(getattr(loaded.config, section), name)
-        names = registry.names(kind)  # type: ignore[arg-type]
+        names = registry.names(KIND_BY_NAME[kind])
         if value not in names:
             available = ", ".join(names) or "(none registered)"
             problems.append(f"{loaded.sources.get(dotted, DEFAULT_SOURCE)}: {dotted} = "

@@ -8,23 +8,25 @@ import tomllib
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import cattrs
 
-from ctxfold.config.schema import Config
-from ctxfold.config.secrets import show_value
-
-if TYPE_CHECKING:
-    from ctxfold.config.load import _Layer
+from ctxfold.config.layers import Layer
+from ctxfold.kernel.codec import strict_primitives
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.errors import ConfigError
+from ctxfold.kernel.secrets import show_value
 
 #: Keys naming a strategy, and the registry kind that must know the name.
 STRATEGY_KEYS = {
     "provider.name": "provider",
     "estimator.name": "estimator",
+    "pruner.name": "pruner",
     "summarizer.name": "summarizer",
     "store.name": "store",
+    "store.sidecar_format": "sidecar_format",
 }
 
 
@@ -43,8 +45,8 @@ SECTIONS: dict[str, type] = _section_classes()
 
 
 
-class WrongType(TypeError):
-    """A value does not have the type of its field."""
+class WrongType(ConfigError, TypeError):
+    """A value does not have the type of its field (the loader names the key)."""
 
     def __init__(self, value: Any) -> None:
         super().__init__(f"wrong type {type(value).__name__}")
@@ -77,22 +79,14 @@ def _check(ok: Callable[[Any], bool], cast: Callable[[Any], Any]) -> Callable[[A
     return hook
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 @functools.cache
 def strict_converter() -> cattrs.Converter:
-    import cattrs
+    """The config converter: the kernel's strict primitive rules, unknown keys forbidden,
+    and every error a :class:`WrongType` the loader turns into a line naming the key."""
     from cattrs.gen import make_dict_structure_fn
 
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    conv.register_structure_hook(float, _check(_is_number, float))
-    conv.register_structure_hook(
-        int, _check(lambda v: isinstance(v, int) and not isinstance(v, bool), int)
-    )
-    conv.register_structure_hook(str, _check(lambda v: isinstance(v, str), str))
-    conv.register_structure_hook(bool, _check(lambda v: isinstance(v, bool), bool))
+    conv = strict_primitives(cattrs.Converter(forbid_extra_keys=True),
+                             lambda _kind, value: WrongType(value))
     conv.register_structure_hook_func(
         _is_optional_bool, _check(lambda v: v is None or isinstance(v, bool), lambda v: v)
     )
@@ -177,7 +171,7 @@ def lookup(data: Mapping[str, Any], path: list[str]) -> Any:
     return node
 
 
-def problems(layer: _Layer, exc: Exception) -> list[str]:
+def problems(layer: Layer, exc: Exception) -> list[str]:
     from cattrs import transform_error
 
     lines = []
@@ -207,7 +201,7 @@ def problems(layer: _Layer, exc: Exception) -> list[str]:
     return lines
 
 
-def unknown_key(layer: _Layer, path: list[str], name: str) -> str:
+def unknown_key(layer: Layer, path: list[str], name: str) -> str:
     dotted = ".".join([*path, name])
     if not path:
         return (f"{layer.origin(dotted)}: unknown table [{name}]; "

@@ -33,13 +33,14 @@ if TYPE_CHECKING:
     from ctxfold.emulator.cache import PrefixCache
     from ctxfold.emulator.faults import Fault
     from ctxfold.emulator.profiles import PROFILES, Profile, get_profile
+    from ctxfold.emulator.records import RequestRecord
     from ctxfold.emulator.script import ReplySpec, load_script
-    from ctxfold.emulator.server import Emulator, RequestRecord
+    from ctxfold.emulator.server import Emulator
 
 _WHERE = {
     "PrefixCache": "cache", "Fault": "faults", "PROFILES": "profiles", "Profile": "profiles",
     "get_profile": "profiles", "ReplySpec": "script", "load_script": "script",
-    "Emulator": "server", "RequestRecord": "server",
+    "Emulator": "server", "RequestRecord": "records",
 }
 
 

@@ -1,7 +1,10 @@
 """Provider profiles: window, cache policy, TTL and default output budget per provider.
 
-Numbers come from ``/work/shared/research/providers.md`` (cited by section); where that file
-says NOT FOUND the emulator picks a value and ``docs/emulator.md`` lists the assumption.
+The model, the window and the cache TTL are what the provider plugin declares
+(:data:`PROVIDER_DEFAULTS`); the cache policy and units follow the providers' public docs
+(DeepSeek https://api-docs.deepseek.com/guides/kv_cache, OpenAI
+https://platform.openai.com/docs/guides/prompt-caching). Where nothing is published the
+emulator picks a value and ``docs/emulator.md`` lists the assumption.
 """
 
 from __future__ import annotations
@@ -11,7 +14,16 @@ from typing import Any, Literal
 
 import attrs
 
+from ctxfold.kernel.contracts import ProviderDefaults
 from ctxfold.kernel.errors import ConfigError
+from ctxfold.plugins.providers import deepseek, mimo, responses
+
+#: What each imitated provider's plugin declares (model, window, cache TTL, output budget).
+PROVIDER_DEFAULTS: dict[str, ProviderDefaults] = {
+    "deepseek": deepseek.DEFAULTS,
+    "mimo": mimo.DEFAULTS,
+    "responses": responses.DEFAULTS,
+}
 
 Wire = Literal["chat", "responses"]
 
@@ -44,40 +56,42 @@ class Profile:
     def default_max_output(self, body: Mapping[str, Any]) -> int:
         """The output budget reserved when the request omits its max-token field."""
         if self.usage_style == "deepseek":
-            # providers.md §1.2: 8K non-thinking, 64K thinking (default on), 128K at max effort.
+            # The server's own default (what the plugin declares): 8K non-thinking, 64K
+            # thinking (default on), 128K at max effort.
             thinking = body.get("thinking")
             effort = str(body.get("reasoning_effort") or "high")
-            if (isinstance(thinking, Mapping) and thinking.get("type") == "disabled") \
-                    or effort == "none":
-                return 8192
-            return 131072 if effort in ("max", "ultra") else 65536
+            if isinstance(thinking, Mapping) and thinking.get("type") == "disabled":
+                effort = "none"
+            return deepseek.server_default_max_tokens("max" if effort == "ultra" else effort)
         if self.usage_style == "mimo":
-            # providers.md §2.2: NOT FOUND officially; a reseller documents default 32768.
+            # Not documented officially; a reseller documents a default of 32768.
             return 32768
         # OpenAI's overflow message talks about the input only; reserve nothing by default.
         return 0
 
 
+def _declared(name: str) -> dict[str, Any]:
+    d = PROVIDER_DEFAULTS[name]
+    return {"window": d.context_window, "model": d.model,
+            "cache_ttl": d.cache_ttl_minutes * 60.0}
+
+
 #: Built-in profiles by name.
 PROFILES: dict[str, Profile] = {
-    # providers.md §1.2 (1M context, errors report 1048576), §1.5 (units), §2 SPEC (24 h TTL).
+    # DeepSeek: 64-token units at request boundaries plus fixed intervals (kv_cache guide).
     "deepseek": Profile(
-        name="deepseek", wire="chat", usage_style="deepseek", window=1_048_576,
-        model="deepseek-flash", cache_unit=64, cache_ttl=24 * 3600.0,
-        cache_interval_units=256,
+        name="deepseek", wire="chat", usage_style="deepseek", **_declared("deepseek"),
+        cache_unit=64, cache_interval_units=256,
     ),
-    # providers.md §2.2: v2.5 / v2.5-pro are priced up to 1M input; caching NOT FOUND
-    # (§2.5) — DeepSeek-like 64-token units assumed.
+    # MiMo: caching is not documented — DeepSeek-like 64-token units assumed.
     "mimo": Profile(
-        name="mimo", wire="chat", usage_style="mimo", window=1_048_576,
-        model="mimo-v2.5-pro", cache_unit=64, cache_ttl=24 * 3600.0,
-        cache_interval_units=256,
+        name="mimo", wire="chat", usage_style="mimo", **_declared("mimo"),
+        cache_unit=64, cache_interval_units=256,
     ),
-    # providers.md §0.2: ≥1024 tokens, 128-token steps; SPEC §2 TTL 10 min. The context
-    # window of a current model is not in providers.md: 400,000 (gpt-5 family) assumed.
+    # OpenAI: prompts of >= 1024 tokens, 128-token steps.
     "responses": Profile(
-        name="responses", wire="responses", usage_style="responses", window=400_000,
-        model="gpt-5.5", cache_unit=128, cache_ttl=600.0, cache_policy="all_units",
+        name="responses", wire="responses", usage_style="responses",
+        **_declared("responses"), cache_unit=128, cache_policy="all_units",
         cache_min_tokens=1024,
     ),
 }

@@ -95,8 +95,8 @@ def summary_reply(messages: Sequence[Message], body: Mapping[str, Any]) -> Reply
     if not messages or "[ctxfold:summary-request]" not in messages[-1].content:
         return None
     try:
-        from ctxfold.kernel.strategies import SummaryRequest
         from ctxfold.kernel.summary import is_summary_request
+        from ctxfold.kernel.types import SummaryRequest
         from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
     except ImportError:  # pragma: no cover - only while the summary modules are missing
         return None

@@ -16,43 +16,18 @@ from collections.abc import Callable, Iterable, Mapping
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-import attrs
-
 from ctxfold.emulator import wire_chat, wire_responses
 from ctxfold.emulator.cache import PrefixCache
 from ctxfold.emulator.faults import Fault, FaultPlan
-from ctxfold.emulator.http import Handler, Outcome
+from ctxfold.emulator.handler import Handler
 from ctxfold.emulator.profiles import Profile, get_profile
+from ctxfold.emulator.records import Outcome, RequestRecord
 from ctxfold.emulator.script import Script, ScriptRunner
-from ctxfold.emulator.tokens import (
-    assistant_body,
-    encode_segments,
-    request_segments,
-    token_source,
-)
+from ctxfold.emulator.tokens import assistant_body, encode_segments, request_segments, token_source
 from ctxfold.emulator.wire_chat import Accounting, WireError
 
 CHAT_PATHS = ("/chat/completions", "/v1/chat/completions")
 RESPONSES_PATHS = ("/responses", "/v1/responses")
-
-
-@attrs.frozen
-class RequestRecord:
-    """One request as the emulator saw it.
-
-    ``usage`` is the wire ``usage`` object sent back (``None`` when the request was rejected
-    or hit by a fault before inference); ``fault`` names the injected fault, if any.
-    """
-
-    index: int
-    path: str
-    body: Mapping[str, Any]
-    status: int
-    usage: Mapping[str, Any] | None = None
-    prompt_tokens: int = 0
-    cache_hit_tokens: int = 0
-    completion_tokens: int = 0
-    fault: str | None = None
 
 
 class _QuietServer(ThreadingHTTPServer):

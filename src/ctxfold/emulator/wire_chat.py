@@ -26,11 +26,12 @@ import attrs
 
 from ctxfold.emulator.profiles import Profile
 from ctxfold.emulator.script import ReplySpec
-from ctxfold.kernel.convert import InteropError, message_from_openai, tool_schema_from_openai
+from ctxfold.interop.chat import message_from_openai, tool_schema_from_openai
+from ctxfold.kernel.errors import CtxfoldError, MessageError
 from ctxfold.kernel.types import Message, ToolSchema
 
 
-class WireError(Exception):
+class WireError(CtxfoldError):
     """A request the provider would reject: HTTP ``status`` with JSON ``body``.
 
     Internal to the emulator (it becomes an HTTP response, never reaches a ctxfold user).
@@ -93,7 +94,7 @@ def parse_chat(profile: Profile, body: Mapping[str, Any]) -> ParsedRequest:
         messages = tuple(message_from_openai(m, where=f"messages[{i}]")
                          for i, m in enumerate(raw_messages))
         tools = tuple(tool_schema_from_openai(t) for t in body.get("tools") or ())
-    except (InteropError, AttributeError, TypeError) as exc:
+    except (MessageError, AttributeError, TypeError) as exc:
         raise bad(f"Invalid Format: {exc}", "messages") from None
     stream = bool(body.get("stream", False))
     options = body.get("stream_options")
@@ -118,9 +119,12 @@ def overflow_error(profile: Profile, prompt: int, completion: int) -> WireError:
     """The context-overflow rejection (providers.md §0.4)."""
     window = profile.window
     if profile.usage_style == "mimo":
-        # No verbatim MiMo overflow body is known; the observed 400 shape carries the numbers.
-        message = (f"Param Incorrect: the input ({prompt} tokens) plus max_completion_tokens "
-                   f"({completion}) exceeds the model's context length ({window} tokens)")
+        # No verbatim MiMo overflow body is known: the observed flat 400 shape, with the
+        # numbers in the OpenAI-compatible wording MiMo's API follows elsewhere, so the
+        # provider's generic parser is what the emulator exercises.
+        message = (f"Param Incorrect: This model's maximum context length is {window} tokens. "
+                   f"However, you requested {prompt + completion} tokens ({prompt} in the "
+                   f"messages, {completion} in the completion).")
         return WireError(400, {"code": "400", "message": message, "param": "messages",
                                "type": ""})
     message = (f"This model's maximum context length is {window} tokens. However, you "

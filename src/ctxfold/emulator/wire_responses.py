@@ -18,7 +18,7 @@ from typing import Any
 from ctxfold.emulator.profiles import Profile
 from ctxfold.emulator.script import ReplySpec
 from ctxfold.emulator.wire_chat import Accounting, ParsedRequest, WireError, pieces
-from ctxfold.kernel.convert import tool_schema_from_openai
+from ctxfold.interop.chat import tool_schema_from_openai
 from ctxfold.kernel.types import Message, ToolCall
 
 OVERFLOW = {

@@ -9,32 +9,24 @@ in-memory state is restored and no applied receipt exists anywhere.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
+from ctxfold.kernel.errors import StaleContextError
 from ctxfold.kernel.fingerprint import covered_prefix_hash
-from ctxfold.kernel.types import (
+from ctxfold.kernel.state import (
     CacheState,
-    Message,
     Projection,
     Receipt,
     ReceiptAction,
     ReceiptStatus,
     SidecarState,
     TelemetryRecord,
-    Usage,
-    utc_now,
 )
-
-if TYPE_CHECKING:
-    from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.types import Message, Trigger, Usage, utc_now
 
 MAX_TELEMETRY = 256
-
-
-class StaleContextError(Exception):
-    """Internal: the CAS comparison failed (something moved during the operation)."""
 
 
 @attrs.frozen
@@ -56,7 +48,6 @@ class Committer:
         *,
         save: Callable[[SidecarState], None],
         reload: Callable[[], SidecarState | None],
-        registry: Registry | None = None,
         hooks: Any = None,
         session_id: str = "",
     ) -> None:
@@ -64,7 +55,6 @@ class Committer:
         self.transcript_version = state.transcript_version
         self._save = save
         self._reload = reload
-        self.registry = registry
         self.hooks = hooks
         self.session_id = session_id
         self.cache_hit_tokens = 0
@@ -233,7 +223,7 @@ class Committer:
 
 def blocked_receipt(
     status: ReceiptStatus,
-    trigger: str,
+    trigger: Trigger,
     reason: str,
     *,
     input_hash: str,

@@ -4,7 +4,11 @@
 
     CtxfoldError
     ├── ConfigError                 invalid TOML, unknown key, wrong type, out-of-range value
-    ├── PluginError                 unknown or duplicate strategy name, broken plugin
+    │   └── ConfigSyntaxError       TOML the migration lexer cannot read (carries ``line``)
+    ├── PluginError                 unknown or duplicate strategy name, broken plugin, unknown
+    │                               factory option
+    ├── MessageError                a message (ctxfold or OpenAI format) is malformed: names
+    │                               the message index and the field
     ├── SessionError                hostile/invalid session id, unknown session, bad operation
     │   └── ToolResultError         session:tool_result lookup or paging error
     ├── ImporterError               a transcript file cannot be imported (unknown format or
@@ -12,9 +16,13 @@
     ├── StoreError                  transcript file unreadable or corrupt (names file and line)
     │   └── SidecarError            sidecar unreadable, invalid or newer than this code
     │       └── SidecarVersionError sidecar written by a newer ctxfold (never discarded)
+    ├── StaleContextError           a compare-and-swap install lost (something moved); the
+    │                               engine handles it, it never reaches a caller
     ├── MaintenanceError            prepare()/compact() could not make the request fit
     │   ├── CompactionRequiredError above the hard ceiling and no checkpoint could be installed
-    │   └── SummaryFailedError      the summarizer returned empty or truncated output
+    │   ├── SummaryFailedError      the summarizer returned empty or truncated output
+    │   └── PolicyFailedError       a replay policy could not build a request that fits
+    ├── SmokeError                  a smoke-test step failed (assertion, cost cap, order)
     └── ProviderError               anything that went wrong talking to a provider
         ├── AuthenticationError     401/403
         ├── RateLimitError          429 after the retry budget
@@ -26,7 +34,8 @@
         └── ProviderRequestError    any other 4xx: the provider rejected the request
 
 Every message says what was wrong, where (file, key, session, line) and what to do. No
-message ever contains an API key.
+message ever contains an API key. A :class:`ProviderError` also carries the HTTP ``status``,
+the provider's ``request_id`` and the start of the response ``body`` (secrets masked).
 """
 
 from __future__ import annotations
@@ -40,8 +49,21 @@ class ConfigError(CtxfoldError):
     """A configuration file, environment variable or flag is invalid."""
 
 
+class ConfigSyntaxError(ConfigError):
+    """The text is not TOML the migration lexer understands (``line`` is 1-based)."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(f"{message} at line {line}")
+        self.line = line
+
+
 class PluginError(CtxfoldError):
     """A strategy name is unknown or registered twice, or a plugin is broken."""
+
+
+class MessageError(CtxfoldError):
+    """A message given to ctxfold (a :class:`~ctxfold.Message`, an OpenAI chat dict, an SDK
+    message object) is malformed; the text names the message index and the field."""
 
 
 class SessionError(CtxfoldError):
@@ -71,6 +93,11 @@ class SidecarVersionError(SidecarError):
     """
 
 
+class StaleContextError(CtxfoldError):
+    """A compare-and-swap install lost: the transcript or projection moved during the
+    operation. The engine catches it, re-reads the session and records a blocked receipt."""
+
+
 class MaintenanceError(CtxfoldError):
     """Maintenance could not produce a request that fits."""
 
@@ -83,12 +110,29 @@ class SummaryFailedError(MaintenanceError):
     """The summarizer returned empty or length-truncated output; nothing is installed."""
 
 
-class ProviderError(CtxfoldError):
-    """A provider request failed."""
+class PolicyFailedError(MaintenanceError):
+    """A replay policy could not build a request that fits the window (its run stops)."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+
+class SmokeError(CtxfoldError):
+    """A smoke-test assertion failed, the cost cap was hit, or a step ran out of order."""
+
+
+class ProviderError(CtxfoldError):
+    """A provider request failed.
+
+    ``status`` is the HTTP status (``None`` when no response arrived), ``request_id`` the
+    provider's request id header (empty when unknown) and ``body`` the start of the response
+    body with secrets masked (empty when there was none).
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, request_id: str = "", body: str = ""
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.request_id = request_id
+        self.body = body
 
 
 class AuthenticationError(ProviderError):
@@ -114,8 +158,10 @@ class ContextLimitError(ProviderError):
         prompt: int = 0,
         completion: int = 0,
         status: int | None = 400,
+        request_id: str = "",
+        body: str = "",
     ) -> None:
-        super().__init__(message, status=status)
+        super().__init__(message, status=status, request_id=request_id, body=body)
         self.window = window
         self.prompt = prompt
         self.completion = completion

@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ctxfold.kernel.summary import is_compaction_summary
-from ctxfold.kernel.types import Message, Projection
+from ctxfold.kernel.summary import is_summary_message
+from ctxfold.kernel.types import Message
+from ctxfold.kernel.view import canonical_index
 
 TAIL_RATIO = 0.16
 HEAD_PIN_RATIO = 0.08
@@ -37,18 +38,6 @@ class FoldPlan:
         return self.end - self.head
 
 
-def visible_view(projection: Projection | None, canonical: Sequence[Message]) -> list[Message]:
-    """SPEC §1.3: projection body + canonical tail when a projection exists, else canonical;
-    ``local_only`` messages are never visible. A refreshed system prompt at the head of the
-    canonical transcript replaces the one stored in the body (SPEC §3.5)."""
-    if projection is None:
-        return [m for m in canonical if not m.local_only]
-    body = list(projection.messages)
-    if body and body[0].role == "system" and canonical and canonical[0].role == "system":
-        body[0] = canonical[0]
-    return body + [m for m in canonical[projection.covered_count :] if not m.local_only]
-
-
 def head_length(view: Sequence[Message], window: int, count: TokenCount) -> int:
     """Leading system message + the task statement (first user message) while it is ≤ 8%
     of the window. Pinned verbatim, so successive checkpoints keep the same cached head."""
@@ -58,7 +47,7 @@ def head_length(view: Sequence[Message], window: int, count: TokenCount) -> int:
     if (
         head < len(view)
         and view[head].role == "user"
-        and not is_compaction_summary(view[head])
+        and not is_summary_message(view[head])
         and count(view[head]) <= HEAD_PIN_RATIO * window
     ):
         head += 1
@@ -152,19 +141,6 @@ def fold_body(
         body.extend(view[plan.end : body_len])
         return body, covered_count
     return body, canonical_index(canonical, covered_count, plan.end - body_len)
-
-
-def canonical_index(canonical: Sequence[Message], start: int, visible: int) -> int:
-    """Index in ``canonical`` of the ``visible``-th provider-visible message at or after
-    ``start`` (``len(canonical)`` when there are not that many)."""
-    seen = 0
-    for index in range(start, len(canonical)):
-        if canonical[index].local_only:
-            continue
-        if seen == visible:
-            return index
-        seen += 1
-    return len(canonical)
 
 
 CLIP_MARKER = "[... middle omitted from the summary request ...]"

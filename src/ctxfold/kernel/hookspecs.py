@@ -21,25 +21,13 @@ from typing import Any
 
 import pluggy
 
-from ctxfold.kernel.strategies import StrategySpec
-from ctxfold.kernel.types import Message, Receipt
+from ctxfold.kernel.contracts import StrategySpec
+from ctxfold.kernel.state import Receipt
+from ctxfold.kernel.types import Message
 
 PROJECT = "ctxfold"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
-
-#: Registration hooks by strategy kind; the registry walks this table.
-REGISTRATION_HOOKS = {
-    "estimator": "ctxfold_estimators",
-    "pruner": "ctxfold_pruners",
-    "summarizer": "ctxfold_summarizers",
-    "store": "ctxfold_stores",
-    "provider": "ctxfold_providers",
-    "sidecar_format": "ctxfold_sidecar_formats",
-    "config_migration": "ctxfold_config_migrations",
-    "importer": "ctxfold_importers",
-    "policy": "ctxfold_policies",
-}
 
 
 # -- registration hooks ------------------------------------------------------------------------
@@ -47,20 +35,22 @@ REGISTRATION_HOOKS = {
 
 @hookspec
 def ctxfold_estimators() -> Sequence[StrategySpec]:
-    """Register token estimators (kind ``estimator``).
+    """Register token estimators (kind ``estimator``), selected by ``[estimator] name``.
 
-    Each factory returns an object satisfying :class:`ctxfold.kernel.strategies.Estimator`.
-    Selected by ``[estimator] name``. All implementations are called.
+    Each factory returns an :class:`~ctxfold.kernel.contracts.Estimator`; one that is also an
+    :class:`~ctxfold.kernel.contracts.IncrementalEstimator` gets the O(new messages) path.
+    Factories receive :class:`~ctxfold.kernel.kinds.EstimatorOptions`. All implementations are
+    called.
     """
     raise NotImplementedError
 
 
 @hookspec
 def ctxfold_pruners() -> Sequence[StrategySpec]:
-    """Register tool-result pruners (kind ``pruner``).
+    """Register tool-result pruners (kind ``pruner``), selected by ``[pruner] name``.
 
-    Each factory returns a :class:`ctxfold.kernel.strategies.Pruner`. All implementations are
-    called.
+    Each factory returns a :class:`~ctxfold.kernel.contracts.Pruner` and receives
+    :class:`~ctxfold.kernel.kinds.NoOptions`. All implementations are called.
     """
     raise NotImplementedError
 
@@ -69,8 +59,8 @@ def ctxfold_pruners() -> Sequence[StrategySpec]:
 def ctxfold_summarizers() -> Sequence[StrategySpec]:
     """Register summarizers (kind ``summarizer``), selected by ``[summarizer] name``.
 
-    Each factory returns a :class:`ctxfold.kernel.strategies.Summarizer`. All implementations
-    are called.
+    Each factory returns a :class:`~ctxfold.kernel.contracts.Summarizer` and receives
+    :class:`~ctxfold.kernel.kinds.SummarizerOptions`. All implementations are called.
     """
     raise NotImplementedError
 
@@ -79,8 +69,8 @@ def ctxfold_summarizers() -> Sequence[StrategySpec]:
 def ctxfold_stores() -> Sequence[StrategySpec]:
     """Register session stores (kind ``store``), selected by ``[store] name``.
 
-    Each factory returns a :class:`ctxfold.kernel.strategies.Store`. All implementations are
-    called.
+    Each factory returns a :class:`~ctxfold.kernel.contracts.Store` and receives
+    :class:`~ctxfold.kernel.kinds.StoreOptions`. All implementations are called.
     """
     raise NotImplementedError
 
@@ -89,6 +79,10 @@ def ctxfold_stores() -> Sequence[StrategySpec]:
 def ctxfold_providers() -> Sequence[StrategySpec]:
     """Register provider adapters (kind ``provider``), selected by ``[provider] name``.
 
+    Each factory returns a :class:`~ctxfold.kernel.contracts.Provider` and receives
+    :class:`~ctxfold.kernel.kinds.ProviderOptions`. Each descriptor declares the provider's
+    defaults in ``StrategySpec.defaults`` (:class:`~ctxfold.kernel.contracts.ProviderDefaults`:
+    model, context window, cache TTL, output budget, overflow parser, request-id headers).
     All implementations are called.
     """
     raise NotImplementedError
@@ -96,11 +90,13 @@ def ctxfold_providers() -> Sequence[StrategySpec]:
 
 @hookspec
 def ctxfold_sidecar_formats() -> Sequence[StrategySpec]:
-    """Register sidecar codecs (kind ``sidecar_format``).
+    """Register sidecar codecs (kind ``sidecar_format``), selected by
+    ``[store] sidecar_format``.
 
-    A codec decodes every historic sidecar form it knows into the current
-    :class:`ctxfold.kernel.types.SidecarState` and encodes the current form. All
-    implementations are called; the kernel uses the one named ``v3``.
+    Each factory returns a :class:`~ctxfold.kernel.contracts.SidecarCodec` (decodes every
+    historic form it knows into the current :class:`~ctxfold.kernel.state.SidecarState`,
+    encodes the current form) and receives :class:`~ctxfold.kernel.kinds.NoOptions`. All
+    implementations are called.
     """
     raise NotImplementedError
 
@@ -109,8 +105,10 @@ def ctxfold_sidecar_formats() -> Sequence[StrategySpec]:
 def ctxfold_config_migrations() -> Sequence[StrategySpec]:
     """Register configuration migrations (kind ``config_migration``).
 
-    A migration normalises legacy keys when a config is loaded and rewrites files for
-    ``ctxfold config migrate``. All implementations are called, in registration order.
+    Each factory returns a :class:`~ctxfold.kernel.contracts.ConfigMigration` (normalises
+    retired keys when a config is loaded; names them for ``ctxfold config migrate``) and
+    receives :class:`~ctxfold.kernel.kinds.NoOptions`. Every migration registered is applied,
+    in registration order.
     """
     raise NotImplementedError
 
@@ -119,14 +117,20 @@ def ctxfold_config_migrations() -> Sequence[StrategySpec]:
 def ctxfold_importers() -> Sequence[StrategySpec]:
     """Register transcript importers (kind ``importer``) used by ``estimate`` and ``replay``.
 
-    All implementations are called.
+    Each factory returns an :class:`~ctxfold.kernel.contracts.Importer` and receives
+    :class:`~ctxfold.kernel.kinds.ImporterOptions`. Auto-detection tries every importer by
+    ``priority``. All implementations are called.
     """
     raise NotImplementedError
 
 
 @hookspec
 def ctxfold_policies() -> Sequence[StrategySpec]:
-    """Register replay policies (kind ``policy``). All implementations are called."""
+    """Register replay policies (kind ``policy``), selected by ``ctxfold replay --policy``.
+
+    Each factory returns a :class:`~ctxfold.kernel.contracts.Policy` and receives
+    :class:`~ctxfold.kernel.kinds.PolicyOptions`. All implementations are called.
+    """
     raise NotImplementedError
 
 

@@ -2,21 +2,28 @@
 
 ``make_plugin_manager()`` registers the built-ins listed in ``ctxfold.plugins.DEFAULT_PLUGINS``
 (by module name, so the kernel never imports a built-in itself) and the third-party plugins of
-the entry-point group ``ctxfold``. ``Registry`` gathers every strategy descriptor, records its
-source, refuses duplicates and selects strategies by the name in config.
+the entry-point group ``ctxfold``. :class:`Registry` gathers every strategy descriptor of every
+kind in :data:`~ctxfold.kernel.kinds.KINDS`, records its source, refuses duplicates, selects
+strategies by the name in config and checks that what a factory returns satisfies its kind's
+protocol. ``Registry.from_config(config)`` is the one way to build it.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
+import attrs
 import pluggy
 
 from ctxfold.kernel import hookspecs
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import ProviderDefaults, StrategyContext, StrategyKind, StrategySpec
 from ctxfold.kernel.errors import PluginError
-from ctxfold.kernel.strategies import Kind, StrategyContext, StrategySpec
+from ctxfold.kernel.kinds import KIND_BY_NAME, KINDS, PROVIDER
+
+P = TypeVar("P")
 
 ENTRY_POINT_GROUP = "ctxfold"
 BUILTIN_PLUGINS_MODULE = "ctxfold.plugins"
@@ -79,7 +86,7 @@ def _source_of(pm: pluggy.PluginManager, plugin_name: str, plugin: object) -> st
     for registered, dist in pm.list_plugin_distinfo():
         if registered is plugin:
             return f"{dist.project_name} {dist.version} (entry point {plugin_name})"
-    if plugin_name.startswith(BUILTIN_PLUGINS_MODULE + "."):
+    if plugin_name.startswith("ctxfold."):
         return f"builtin:{plugin_name}"
     return plugin_name
 
@@ -89,22 +96,37 @@ class Registry:
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
-        self._specs: dict[Kind, dict[str, StrategySpec]] = {}
-        for kind, hook_name in hookspecs.REGISTRATION_HOOKS.items():
+        self._specs: dict[str, dict[str, StrategySpec]] = {}
+        for kind in KINDS:
             table: dict[str, StrategySpec] = {}
-            caller = getattr(pm.hook, hook_name)
+            caller = getattr(pm.hook, kind.hook)
             for impl in caller.get_hookimpls():
                 source = _source_of(pm, impl.plugin_name, impl.plugin)
                 for spec in impl.function() or ():
-                    self._add(table, kind, spec, source)
-            self._specs[kind] = table  # type: ignore[index]
+                    self._add(table, kind.name, spec, source)
+            self._specs[kind.name] = table
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config | None = None,
+        *,
+        load_entry_points: bool = True,
+        extra_plugins: Iterable[Any] = (),
+    ) -> Registry:
+        """The registry for ``config``: built-ins and installed third parties, minus
+        ``[plugins] disabled``. ``extra_plugins`` registers plugin objects directly (tests,
+        embedding hosts)."""
+        disabled = config.plugins.disabled if config is not None else ()
+        return cls(make_plugin_manager(disabled, load_entry_points=load_entry_points,
+                                       extra_plugins=extra_plugins))
 
     @staticmethod
     def _add(table: dict[str, StrategySpec], kind: str, spec: StrategySpec, source: str) -> None:
         if not isinstance(spec, StrategySpec):
             raise PluginError(
                 f"plugin {source} returned {spec!r} from a {kind} registration hook; "
-                "expected ctxfold.kernel.strategies.StrategySpec"
+                "expected ctxfold.kernel.contracts.StrategySpec"
             )
         if spec.kind != kind:
             raise PluginError(
@@ -121,27 +143,99 @@ class Registry:
             factory=spec.factory,
             description=spec.description,
             source=source,
+            defaults=spec.defaults,
         )
 
-    def names(self, kind: Kind) -> list[str]:
+    def names(self, kind: StrategyKind[Any] | str) -> list[str]:
         """Registered names of one kind, sorted."""
-        return sorted(self._specs.get(kind, {}))
+        return sorted(self._specs.get(_kind_name(kind), {}))
 
-    def specs(self, kind: Kind | None = None) -> list[StrategySpec]:
-        """All descriptors (of one kind), sorted by kind then name."""
-        kinds = [kind] if kind else list(self._specs)
+    def specs(self, kind: StrategyKind[Any] | str | None = None) -> list[StrategySpec]:
+        """All descriptors (of one kind), in kind order then sorted by name."""
+        kinds = [_kind_name(kind)] if kind else list(self._specs)
         return [self._specs[k][n] for k in kinds for n in sorted(self._specs.get(k, {}))]
 
-    def get(self, kind: Kind, name: str) -> StrategySpec:
+    def get(self, kind: StrategyKind[Any] | str, name: str) -> StrategySpec:
         """The descriptor ``name`` of ``kind``; unknown names list the available ones."""
+        kind_name = _kind_name(kind)
         try:
-            return self._specs[kind][name]
+            return self._specs[kind_name][name]
         except KeyError:
-            available = ", ".join(self.names(kind)) or "(none registered)"
-            raise PluginError(
-                f"unknown {kind} {name!r}; available: {available}"
-            ) from None
+            available = ", ".join(self.names(kind_name)) or "(none registered)"
+            raise PluginError(f"unknown {kind_name} {name!r}; available: {available}") from None
 
-    def create(self, kind: Kind, name: str, context: StrategyContext) -> Any:
-        """Build the strategy ``name`` of ``kind`` with its factory."""
-        return self.get(kind, name).factory(context)
+    def create(
+        self, kind: StrategyKind[P], name: str, *, config: Config, options: object | None = None
+    ) -> P:
+        """Build strategy ``name`` of ``kind`` with ``options`` (default: the kind's empty
+        options). Fails with :class:`PluginError` when the options are of the wrong type or
+        the factory returns something that does not satisfy the kind's protocol."""
+        spec = self.get(kind, name)
+        if options is None:
+            options = kind.options()
+        elif not isinstance(options, kind.options):
+            raise PluginError(
+                f"{kind.name} {name!r}: options must be {kind.options.__name__}, got "
+                f"{type(options).__name__}"
+            )
+        built = spec.factory(StrategyContext(config=config, registry=self, options=options))
+        if not isinstance(built, kind.protocol):
+            raise PluginError(
+                f"{kind.name} {name!r} from {spec.source} returned {type(built).__name__}, "
+                f"which does not satisfy {kind.protocol.__name__}; fix the plugin's factory"
+            )
+        result: P = built
+        return result
+
+    def provider_defaults(self, config: Config, name: str | None = None) -> ProviderDefaults:
+        """What provider ``name`` (default ``[provider] name``) declares for the settings
+        ``[provider]`` leaves unset; a provider that declares nothing gets the generic
+        :class:`ProviderDefaults` of an unknown model."""
+        spec = self.get(PROVIDER, name or config.provider.name)
+        declared = spec.defaults
+        if declared is None:
+            return UNKNOWN_PROVIDER
+        if isinstance(declared, ProviderDefaults):
+            return declared
+        resolved = declared(config)
+        if not isinstance(resolved, ProviderDefaults):
+            raise PluginError(
+                f"provider {spec.name!r} from {spec.source}: its defaults function returned "
+                f"{type(resolved).__name__}, not ProviderDefaults"
+            )
+        return resolved
+
+
+    def resolve_provider(self, config: Config) -> Config:
+        """``config`` with every ``[provider]`` value it leaves unset (empty or 0) filled in
+        from what the selected provider declares; explicit values win."""
+        filled = provider_fill(config, self.provider_defaults(config))
+        if not filled:
+            return config
+        return attrs.evolve(config, provider=attrs.evolve(config.provider, **filled))
+
+
+#: ``[provider]`` keys a provider declares a default for, and the ProviderDefaults field.
+DECLARED_PROVIDER_KEYS = ("model", "base_url", "api_key_env", "context_window",
+                          "cache_ttl_minutes")
+
+
+def provider_fill(config: Config, defaults: ProviderDefaults) -> dict[str, Any]:
+    """The ``[provider]`` values ``config`` leaves unset, from ``defaults``."""
+    current = config.provider
+    return {
+        key: getattr(defaults, key)
+        for key in DECLARED_PROVIDER_KEYS
+        if not getattr(current, key) and getattr(defaults, key)
+    }
+
+
+#: Defaults of a provider that declares none: no model, a 128K window, the unknown TTL.
+UNKNOWN_PROVIDER = ProviderDefaults(model="", context_window=131_072)
+
+
+def _kind_name(kind: StrategyKind[Any] | str) -> str:
+    name = kind if isinstance(kind, str) else kind.name
+    if name not in KIND_BY_NAME:
+        raise PluginError(f"unknown strategy kind {name!r}; kinds: {', '.join(KIND_BY_NAME)}")
+    return name

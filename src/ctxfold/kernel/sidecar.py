@@ -1,7 +1,7 @@
 """Loading and saving the sidecar ``<session>.context.json`` (SPEC §3.5, §4.2).
 
 The kernel never imports the codec plugin: callers pass the codec the registry built
-(kind ``sidecar_format``, name ``v3``; see :func:`sidecar_codec`).
+(kind ``sidecar_format``, named by ``[store] sidecar_format``).
 
 Loading never fails because of a damaged sidecar: unreadable bytes, invalid JSON or an
 invalid shape discard the file (the store moves it aside) and start from a fresh state,
@@ -14,46 +14,16 @@ generation stay).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
+from ctxfold.kernel.contracts import SidecarCodec, Store
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.fingerprint import covered_prefix_hash, fingerprint
-from ctxfold.kernel.types import SIDECAR_SCHEMA_VERSION, Message, SidecarState, utc_now
-
-if TYPE_CHECKING:
-    from ctxfold.config.schema import Config
-    from ctxfold.kernel.registry import Registry
-    from ctxfold.kernel.strategies import Store
-
-#: The codec the kernel asks the registry for.
-SIDECAR_FORMAT = "v3"
-
-
-@runtime_checkable
-class SidecarCodec(Protocol):
-    """What a ``sidecar_format`` factory returns."""
-
-    def decode(self, data: Mapping[str, Any]) -> SidecarState:
-        """Decode any sidecar form the codec knows; :class:`SidecarError` if invalid,
-        :class:`SidecarVersionError` if newer than the codec."""
-        ...
-
-    def encode(self, state: SidecarState) -> dict[str, Any]:
-        """The current-schema JSON document of ``state``."""
-        ...
-
-
-def sidecar_codec(registry: Registry, config: Config, name: str = SIDECAR_FORMAT) -> SidecarCodec:
-    """Build the sidecar codec ``name`` from the registry."""
-    from ctxfold.kernel.strategies import StrategyContext
-
-    codec: SidecarCodec = registry.create(
-        "sidecar_format", name, StrategyContext(config=config, registry=registry)
-    )
-    return codec
+from ctxfold.kernel.state import SIDECAR_SCHEMA_VERSION, SidecarState
+from ctxfold.kernel.types import Message, utc_now
 
 
 def fresh_state() -> SidecarState:
@@ -220,12 +190,9 @@ def save_sidecar(store: Store, codec: SidecarCodec, session_id: str, state: Side
 
 
 __all__ = [
-    "SIDECAR_FORMAT",
-    "SidecarCodec",
     "dumps_state",
     "fresh_state",
     "load_sidecar",
     "save_sidecar",
-    "sidecar_codec",
     "validate_projection",
 ]

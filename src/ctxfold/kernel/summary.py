@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxfold.kernel.errors import MaintenanceError, SummaryFailedError
-from ctxfold.kernel.strategies import SummaryRequest, SummaryResult
-from ctxfold.kernel.types import Message, ToolSchema
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 
 #: The seven headings of the briefing, in order (SPEC §3.4). Empty ones are omitted.
 SUMMARY_HEADINGS: tuple[str, ...] = (
@@ -144,7 +143,7 @@ def wrap_summary(text: str) -> Message:
     return Message(role="user", content=content, origin="host")
 
 
-def is_compaction_summary(message: Message) -> bool:
+def is_summary_message(message: Message) -> bool:
     """True for a user message whose left-trimmed content starts with ``<compaction-summary>``."""
     return message.role == "user" and message.content.lstrip().startswith(SUMMARY_OPEN_TAG)
 
@@ -154,10 +153,10 @@ def unwrap_summary(message: Message) -> str:
 
     Tolerates a missing preamble line or closing tag (summaries written by other tools).
     """
-    if not is_compaction_summary(message):
+    if not is_summary_message(message):
         raise MaintenanceError(
             f"message {message.id or '(no id)'} (role {message.role}) is not a "
-            f"{SUMMARY_OPEN_TAG} message; check is_compaction_summary() before unwrapping"
+            f"{SUMMARY_OPEN_TAG} message; check is_summary_message() before unwrapping"
         )
     body = message.content.lstrip()[len(SUMMARY_OPEN_TAG) :]
     body = body.removeprefix("\n")

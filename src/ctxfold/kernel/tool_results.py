@@ -4,7 +4,7 @@ A tool result's provider-visible ``content`` is fixed when the result is created
 most :data:`TOOL_CONTENT_BOUND` bytes of UTF-8. Larger results keep a head and a tail chosen
 by tool class, joined by a recovery marker that names the tool, the call id, the
 ``result_ref`` of the full body and the byte counts, and tells the model how to page through
-the full text with ``use_capability`` (see :mod:`ctxfold.kernel.capability`). The complete
+the full text with ``use_capability`` (see :mod:`ctxfold.capabilities.tool`). The complete
 text is kept locally in ``Message.raw_content``, which is never sent and never fingerprinted.
 
 Because ``content`` never changes after creation, every later request repeats the same bytes
@@ -18,6 +18,8 @@ import json
 import re
 import unicodedata
 from typing import Any
+
+import attrs
 
 from ctxfold.kernel.types import Message, utc_now
 
@@ -268,3 +270,21 @@ def make_tool_result(
         tool_call_id=call_id,
         **fields,
     )
+
+
+def bound_new_message(message: Message) -> Message:
+    """``message`` as it enters the transcript: stamped with ``created_at`` when it has none,
+    and, for a tool result, bounded at creation (SPEC §3.7) with the full text kept locally
+    (a tool message arriving with ``raw_content`` set is bounded from that full text)."""
+    if not message.created_at:
+        message = attrs.evolve(message, created_at=utc_now())
+    if message.role != "tool" or (
+        len(message.content) * 4 <= TOOL_CONTENT_BOUND
+        or len(message.content.encode()) <= TOOL_CONTENT_BOUND
+    ):
+        return message
+    full = message.raw_content if message.raw_content is not None else message.content
+    content = bound_tool_content(
+        full, tool_name=message.name or "tool", call_id=message.tool_call_id or ""
+    )
+    return attrs.evolve(message, content=content, raw_content=full)

@@ -1,27 +1,28 @@
-"""Value objects of ctxfold.
+"""Value objects of ctxfold: messages and the requests and answers the contracts exchange.
 
 Every type here is an ``attrs`` frozen class that knows nothing about JSON; all
-(un)structuring lives in :mod:`ctxfold.kernel.convert`. Names follow SPEC.md: a
-``Message`` belongs to the canonical ``Transcript``; a ``Projection`` is the frozen body
-that replaces ``canonical[:covered_count]`` in the provider-visible view; a ``Receipt``
-records the outcome of one maintenance operation; ``SidecarState`` is the content of
-``<session>.context.json`` (schema v3).
+(un)structuring lives in :mod:`ctxfold.kernel.codec`. Names follow the glossary of
+``docs/architecture.md``: a :class:`Message` belongs to the canonical transcript; a
+:class:`RequestShape` is what an estimator counts; :class:`ChatRequest`/:class:`ChatResponse`
+cross the provider contract and :class:`SummaryRequest`/:class:`SummaryResult` the summarizer
+contract. The session's persisted state (projection, receipts, telemetry) is in
+:mod:`ctxfold.kernel.state`.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
 Role = Literal["system", "user", "assistant", "tool"]
 Origin = Literal["user", "host"]
+#: Why maintenance ran: ``pressure`` (the automatic trigger), ``manual`` (``compact()``),
+#: ``overflow`` (the provider rejected the request as too long), ``tool`` (legacy receipts).
 Trigger = Literal["pressure", "manual", "overflow", "tool"]
-
-SIDECAR_SCHEMA_VERSION = 3
 
 
 def utc_now() -> str:
@@ -38,39 +39,6 @@ def parse_time(value: str) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-class CacheState(enum.StrEnum):
-    """Provider prompt-cache state label, set only by ``resume()`` (SPEC §3.8)."""
-
-    WARM = "warm"
-    COLD = "cold"
-    UNKNOWN = "unknown"
-
-    @classmethod
-    def coerce(cls, value: object) -> CacheState:
-        """Any unknown label reads as ``unknown`` (origin §2.4)."""
-        try:
-            return cls(str(value))
-        except ValueError:
-            return cls.UNKNOWN
-
-
-class ReceiptStatus(enum.StrEnum):
-    PLANNED = "planned"
-    APPLIED = "applied"
-    NOOP = "noop"
-    BLOCKED = "blocked"
-    FAILED = "failed"
-
-
-class ReceiptAction(enum.StrEnum):
-    PRUNE = "prune"
-    SUMMARY = "summary"
-    NOOP = "noop"
-    # Legacy actions: readable in old sidecars, never written.
-    SNIP = "snip"
-    NATIVE_TOOL_CLEAR = "native_tool_clear"
 
 
 @attrs.frozen
@@ -126,81 +94,6 @@ class Usage:
 
 
 @attrs.frozen
-class Projection:
-    """The frozen body that stands for ``canonical[:covered_count]`` (SPEC §4.2)."""
-
-    messages: tuple[Message, ...]
-    transcript_version: int = 0
-    projection_version: int = 0
-    covered_count: int = 0
-    covered_prefix_hash: str = ""
-    summary_hash: str = ""
-    source_tokens: int = 0
-    projection_tokens: int = 0
-    view_input_hash: str = ""
-    view_output_hash: str = ""
-    created_at: str = ""
-
-
-@attrs.frozen
-class Receipt:
-    """The outcome of one maintenance operation (SPEC §4.2 ``last_receipt``)."""
-
-    operation_id: str
-    status: ReceiptStatus
-    action: ReceiptAction
-    trigger: str = "pressure"
-    projection_version: int = 0
-    covered_count: int = 0
-    covered_prefix_hash: str = ""
-    input_hash: str = ""
-    output_hash: str = ""
-    input_tokens: int = 0
-    result_tokens: int = 0
-    saved_tokens: int = 0
-    affected_tool_results: int = 0
-    summary_hash: str = ""
-    cache_break: bool = False
-    reason: str = ""
-    created_at: str = ""
-    generation: int = 0
-
-
-@attrs.frozen
-class TelemetryRecord:
-    """One telemetry entry: a prepare that acted, an install, or a resume."""
-
-    kind: Literal["prepare", "install", "resume"]
-    trigger: str = ""
-    action: str = ""
-    tokens_before: int = 0
-    tokens_after: int = 0
-    saved_tokens: int = 0
-    summary_calls: int = 0
-    cache_state: CacheState = CacheState.UNKNOWN
-    cache_hit_tokens: int = 0
-    cache_miss_tokens: int = 0
-    projection_version: int = 0
-    detail: str = ""
-    created_at: str = ""
-
-
-@attrs.frozen
-class SidecarState:
-    """The content of ``<session>.context.json`` in schema v3 (SPEC §4.2)."""
-
-    schema_version: int = SIDECAR_SCHEMA_VERSION
-    transcript_version: int = 0
-    projection: Projection | None = None
-    prompt_cache_key: str = ""
-    last_cache_state: CacheState = CacheState.UNKNOWN
-    generation: int = 0
-    last_receipt: Receipt | None = None
-    telemetry: tuple[TelemetryRecord, ...] = ()
-    updated_at: str = ""
-
-
-@attrs.frozen
 class ToolSchema:
     """One function tool offered to the model (OpenAI function-schema fields)."""
 
@@ -215,3 +108,142 @@ class RequestShape:
 
     messages: Sequence[Message]
     tools: Sequence[ToolSchema] = ()
+
+
+@attrs.frozen
+class TextStats:
+    """Raw tokens, characters and CJK characters of one message, tool schema or request
+    (what an incremental estimator adds up before it applies its calibration)."""
+
+    tokens: int = 0
+    chars: int = 0
+    cjk: int = 0
+
+    def __add__(self, other: TextStats) -> TextStats:
+        return TextStats(self.tokens + other.tokens, self.chars + other.chars,
+                         self.cjk + other.cjk)
+
+
+# -- what crosses the summarizer contract ------------------------------------------------------
+
+
+@attrs.frozen
+class SummaryRequest:
+    """A summary request in the cache-aligned shape of SPEC §3.4."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...]
+    max_tokens: int
+    focus: str | None = None
+    #: The session's ``prompt_cache_key``, so the summary shares the normal requests' cache.
+    cache_key: str = ""
+
+
+@attrs.frozen
+class SummaryResult:
+    """What a summarizer returns: the briefing text and why it stopped."""
+
+    text: str
+    finish_reason: str = "stop"
+    usage: Usage | None = None
+
+
+# -- what crosses the provider contract --------------------------------------------------------
+
+
+@attrs.frozen
+class ChatRequest:
+    """A provider-independent model request.
+
+    ``max_output_tokens`` 0 means provider auto (the provider's declared output budget).
+    ``effort`` is the reasoning depth (``none``/``low``/``medium``/``high``/``max``).
+    ``cache_key`` is the session's ``prompt_cache_key`` (SPEC §3.8). ``output_room`` is what
+    the shared context window leaves for output after the prompt (0 = unknown): translators
+    clip every output budget to it.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    model: str = ""
+    max_output_tokens: int = 0
+    effort: str = "high"
+    stream: bool = True
+    cache_key: str = ""
+    output_room: int = 0
+    #: Transport retries for this request (``None``: the provider's setting). Summary
+    #: requests use 0: exactly one call, no retry (SPEC §3.4).
+    max_retries: int | None = None
+
+
+@attrs.frozen
+class ChatResponse:
+    """The assembled answer of one request."""
+
+    message: Message
+    finish_reason: str = "stop"
+    usage: Usage = attrs.field(factory=Usage)
+    request_id: str = ""
+
+
+@attrs.frozen
+class SseEvent:
+    """One server-sent event of a streamed response (comments and keep-alives never reach
+    a translator)."""
+
+    event: str
+    data: str
+
+
+# -- what crosses the importer and policy contracts --------------------------------------------
+
+
+def _usage_aligned(inst: ImportedSession, _attr: attrs.Attribute[Any], value: Any) -> None:
+    if len(value) != len(inst.messages):
+        raise ValueError(
+            f"reported_usage has {len(value)} entries for {len(inst.messages)} messages; "
+            "it must be aligned with messages (None where the format has no usage)"
+        )
+
+
+@attrs.frozen
+class ImportedSession:
+    """One imported transcript.
+
+    ``messages`` are canonical messages with tool calls paired to their results (trailing
+    unanswered calls are allowed). ``tools`` are the tool schemas when the format records
+    them. ``reported_usage[i]`` is the provider usage recorded on ``messages[i]`` (an
+    assistant message) or ``None``. ``format`` is the importer name, ``source`` the path it
+    was read from, ``model`` the model name when the format records it.
+    """
+
+    name: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    reported_usage: tuple[Usage | None, ...] = attrs.field(default=(), validator=_usage_aligned)
+    format: str = ""
+    source: Path = attrs.field(factory=Path, converter=Path)
+    model: str = ""
+
+
+@attrs.frozen
+class SummaryCall:
+    """One summary request a replay policy made and the text it got back (costed as a
+    request)."""
+
+    request: SummaryRequest
+    text: str
+
+
+@attrs.frozen
+class PolicyRequest:
+    """The request a replay policy would send before one recorded assistant message.
+
+    ``installed`` is True when the policy changed its projection for this request (summary,
+    prune, truncation, masking moved) — the only places where the byte-prefix of the previous
+    request may legitimately break. ``prunes`` counts the non-summary changes made.
+    """
+
+    messages: tuple[Message, ...]
+    summaries: tuple[SummaryCall, ...] = ()
+    installed: bool = False
+    prunes: int = 0

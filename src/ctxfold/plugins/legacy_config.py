@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
-from ctxfold.config.schema import LEGACY_AGENT_KEYS, AgentConfig
+from ctxfold.kernel.config import LEGACY_AGENT_KEYS, AgentConfig
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
 
 NAME = "legacy-multi-threshold"
 TABLE = "agent"

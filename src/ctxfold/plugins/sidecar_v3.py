@@ -28,21 +28,19 @@ from typing import Any
 
 import attrs
 
-from ctxfold.kernel.convert import message_to_dict
+from ctxfold.kernel.codec import converter, message_to_dict
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.kernel.types import (
+from ctxfold.kernel.state import (
     SIDECAR_SCHEMA_VERSION,
     CacheState,
-    Message,
     Projection,
     Receipt,
     ReceiptAction,
     ReceiptStatus,
     SidecarState,
     TelemetryRecord,
-    ToolCall,
 )
 
 #: Top-level fields of pre-v3 (and origin v3) sidecars: decoded, ignored, never written.
@@ -60,34 +58,6 @@ LEGACY_FIELDS = (
 _TELEMETRY_KINDS = frozenset(("prepare", "install", "resume"))
 
 
-def _strict_converter() -> Any:
-    import cattrs
-    from cattrs.gen import make_dict_structure_fn
-
-    conv = cattrs.Converter(forbid_extra_keys=False)
-
-    def exact(kind: type, accept: tuple[type, ...]) -> Any:
-        def hook(value: Any, _type: Any) -> Any:
-            # bool is an int subclass; a JSON true is never a count.
-            if (isinstance(value, bool) and kind is not bool) or not isinstance(value, accept):
-                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-            return kind(value)
-
-        return hook
-
-    conv.register_structure_hook(int, exact(int, (int,)))
-    conv.register_structure_hook(float, exact(float, (int, float)))
-    conv.register_structure_hook(str, exact(str, (str,)))
-    conv.register_structure_hook(bool, exact(bool, (bool,)))
-    conv.register_structure_hook(CacheState, lambda v, _t: CacheState.coerce(v))
-    conv.register_structure_hook(ReceiptStatus, lambda v, _t: ReceiptStatus(v))
-    conv.register_structure_hook(ReceiptAction, lambda v, _t: ReceiptAction(v))
-    # Generated after the primitive hooks so the generated code uses the strict ones.
-    for cls in (ToolCall, Message, Projection, Receipt, TelemetryRecord):
-        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv))
-    return conv
-
-
 def _fields(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field in attrs.fields(type(obj)):
@@ -103,7 +73,7 @@ class SidecarV3Codec:
     schema_version = SIDECAR_SCHEMA_VERSION
 
     def __init__(self) -> None:
-        self._conv = _strict_converter()
+        self._conv = converter
 
     # -- decode --------------------------------------------------------------------------------
 

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import attrs
 
+from ctxfold.importing import import_session
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.kinds import ESTIMATOR, POLICY, SUMMARIZER
+from ctxfold.kernel.registry import Registry
 from ctxfold.replay.pricing import DEFAULT_PROFILE, PRICES, Price, get_price
 from ctxfold.replay.runner import PolicyResult, SessionResult, replay_session, totals
 
@@ -50,23 +54,17 @@ class ReplaySettings:
 def replay_sessions(sessions: Sequence[object], settings: ReplaySettings, *,
                     registry: object = None, config: object = None,
                     on_step: Callable[[], None] | None = None) -> list[SessionResult]:
-    """Replay already imported sessions (:class:`ctxfold.kernel.importing.ImportedSession`)."""
-    from ctxfold.config.schema import Config
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
-    from ctxfold.kernel.strategies import StrategyContext
-
+    """Replay already imported sessions (:class:`~ctxfold.kernel.types.ImportedSession`)."""
     cfg = config if isinstance(config, Config) else Config()
-    reg = registry if isinstance(registry, Registry) else Registry(
-        make_plugin_manager(cfg.plugins.disabled))
-    context = StrategyContext(config=cfg, registry=reg)
+    reg = registry if isinstance(registry, Registry) else Registry.from_config(cfg)
     price = get_price(settings.profile)
-    names = list(settings.policies) or reg.names("policy")
+    names = list(settings.policies) or reg.names(POLICY)
     for name in names:
-        reg.get("policy", name)  # unknown names fail before any work, listing the choices
-    estimator = reg.create("estimator", settings.estimator, context)
-    summarizer = reg.create("summarizer", settings.summarizer, context)
+        reg.get(POLICY, name)  # unknown names fail before any work, listing the choices
+    estimator = reg.create(ESTIMATOR, settings.estimator, config=cfg)
+    summarizer = reg.create(SUMMARIZER, settings.summarizer, config=cfg)
     return [
-        replay_session(session, names, registry=reg, context=context,  # type: ignore[arg-type]
+        replay_session(session, names, registry=reg, config=cfg,  # type: ignore[arg-type]
                        estimator=estimator, summarizer=summarizer, price=price,
                        window=settings.window, compact_ratio=settings.compact_ratio,
                        on_step=on_step)
@@ -77,12 +75,7 @@ def replay_sessions(sessions: Sequence[object], settings: ReplaySettings, *,
 def replay_paths(paths: Sequence[str | Path], settings: ReplaySettings, *,
                  registry: object = None, config: object = None) -> list[SessionResult]:
     """Import each path (``import_session``) and replay it."""
-    from ctxfold.config.schema import Config
-    from ctxfold.kernel.importing import import_session
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
-
     cfg = config if isinstance(config, Config) else Config()
-    reg = registry if isinstance(registry, Registry) else Registry(
-        make_plugin_manager(cfg.plugins.disabled))
+    reg = registry if isinstance(registry, Registry) else Registry.from_config(cfg)
     sessions = [import_session(p, reg, settings.format, config=cfg) for p in paths]
     return replay_sessions(sessions, settings, registry=reg, config=cfg)

@@ -1,8 +1,8 @@
 """The replay runner: every policy rebuilds every model request of a recorded session.
 
-For each assistant message of a session, each policy builds the request it would have sent
-from the messages before it (:mod:`ctxfold.replay.policy`). The request is billed like the
-provider would bill it:
+For each assistant message of a session, each policy builds the request it would have sent from
+the messages before it (a :class:`~ctxfold.kernel.contracts.Policy`). The request is billed like
+the provider would bill it:
 
 * prompt tokens: the configured estimator (default ``deepseek``, the exact tokenizer);
 * cache hits/misses: the emulator's prefix cache (:class:`ctxfold.emulator.cache.PrefixCache`
@@ -22,21 +22,19 @@ import json
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from ctxfold.kernel.convert import message_to_openai
+from ctxfold.interop.chat import message_to_openai
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import Estimator, Policy, Summarizer
 from ctxfold.kernel.errors import CtxfoldError
-from ctxfold.kernel.strategies import Estimator, StrategyContext, Summarizer
-from ctxfold.kernel.summary import is_compaction_summary
-from ctxfold.kernel.types import Message, RequestShape, ToolSchema
-from ctxfold.replay.policy import Policy, PolicyRequest, PolicySetup
+from ctxfold.kernel.kinds import POLICY, PolicyOptions
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.summary import is_summary_message
+from ctxfold.kernel.types import ImportedSession, Message, PolicyRequest, RequestShape, ToolSchema
 from ctxfold.replay.pricing import Price
-
-if TYPE_CHECKING:
-    from ctxfold.kernel.importing import ImportedSession
-    from ctxfold.kernel.registry import Registry
 
 #: Numeric fields of a policy's result, in report order (the JSON keys).
 FIELDS = ("requests", "prompt_tokens", "cache_hit_tokens", "cache_miss_tokens", "output_tokens",
@@ -160,14 +158,18 @@ def token_source_for(estimator: Estimator) -> Any:
     return token_source(estimator.count_text)
 
 
-def build_policies(names: Sequence[str], registry: Registry, context: StrategyContext,
-                   setup: PolicySetup) -> dict[str, Policy]:
-    """Instantiate the named policies with ``setup`` (options key ``"setup"``)."""
-    built: dict[str, Policy] = {}
-    for name in names:
-        ctx = attrs.evolve(context, options={**context.options, "setup": setup})
-        built[name] = registry.create("policy", name, ctx)
-    return built
+def build_policies(
+    names: Sequence[str], registry: Registry, config: Config, setup: PolicyOptions,
+    constants: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, Policy]:
+    """Instantiate the named policies with ``setup``; ``constants[name]`` tunes policy
+    ``name``'s constants."""
+    tuned = constants or {}
+    return {
+        name: registry.create(POLICY, name, config=config, options=attrs.evolve(
+            setup, constants=dict(tuned.get(name, {}))))
+        for name in names
+    }
 
 
 def _canonical_equal(kept: Sequence[Message], imported: Sequence[Message]) -> bool:
@@ -193,7 +195,7 @@ class _Track:
         result = self.result
         try:
             req: PolicyRequest = self.policy.request()
-        except CtxfoldError as exc:  # PolicyFailed, or a maintenance error of the engine
+        except CtxfoldError as exc:  # PolicyFailedError, or a maintenance error of the engine
             result.failed, result.failure = True, str(exc)
             return
         cost = 0.0
@@ -215,7 +217,7 @@ class _Track:
         result.prunes += req.prunes
         result.max_request_tokens = max(result.max_request_tokens, prompt)
         result.max_visible_summaries = max(result.max_visible_summaries,
-                                           sum(1 for m in req.messages if is_compaction_summary(m)))
+                                           sum(1 for m in req.messages if is_summary_message(m)))
         body = serialize(req.messages)
         if (self.previous is not None and not req.installed
                 and not body.startswith(self.previous[:-1])):
@@ -261,7 +263,7 @@ def replay_session(
     policy_names: Sequence[str],
     *,
     registry: Registry,
-    context: StrategyContext,
+    config: Config,
     estimator: Estimator,
     summarizer: Summarizer,
     price: Price,
@@ -270,19 +272,19 @@ def replay_session(
     tokens: Any = None,
     cache_factory: Callable[[Price], tuple[Any, bool]] = make_cache,
     on_step: Callable[[], None] | None = None,
-    policy_options: Mapping[str, Any] | None = None,
+    constants: Mapping[str, Mapping[str, float]] | None = None,
 ) -> SessionResult:
     """Replay one imported session under ``policy_names``; see the module docstring."""
     tokens = tokens if tokens is not None else token_source_for(estimator)
     messages = list(session.messages)
     tools = tuple(session.tools)
     with tempfile.TemporaryDirectory(prefix="ctxfold-replay-") as workdir:
-        setup = PolicySetup(tools=tools, window=window, compact_ratio=compact_ratio,
-                            estimator=estimator, summarizer=summarizer, workdir=Path(workdir),
-                            session_name=session.name)
-        ctx = attrs.evolve(context, options={**context.options, **(policy_options or {})})
+        setup = PolicyOptions(tools=tools, window=window, compact_ratio=compact_ratio,
+                              estimator=estimator, summarizer=summarizer, workdir=Path(workdir),
+                              session_name=session.name)
         tracks: dict[str, _Track] = {}
-        for name, policy in build_policies(policy_names, registry, ctx, setup).items():
+        built = build_policies(policy_names, registry, config, setup, constants)
+        for name, policy in built.items():
             cache, thinking = cache_factory(price)
             tracks[name] = _Track(policy, Biller(estimator, tokens, cache, price, thinking))
         for index, message in enumerate(messages):

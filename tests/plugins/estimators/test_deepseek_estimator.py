@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from ctxfold.config.schema import Config
-from ctxfold.kernel.convert import message_from_openai
+from ctxfold.interop.chat import message_from_openai
+from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import PluginError
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategyContext
+from ctxfold.kernel.kinds import ESTIMATOR
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, RequestShape, ToolCall, ToolSchema
 from ctxfold.plugins.estimators import deepseek as plugin
 
@@ -24,9 +24,8 @@ README_IDS = [19923, 3, 223, 5464, 5008, 1175, 19, 940, 223, 19, 438, 223, 20, 6
 
 
 def _create() -> Any:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
-    return registry.create("estimator", "deepseek",
-                           StrategyContext(config=Config(), registry=registry))
+    registry = Registry.from_config(load_entry_points=False)
+    return registry.create(ESTIMATOR, "deepseek", config=Config())
 
 
 @pytest.fixture(scope="module")

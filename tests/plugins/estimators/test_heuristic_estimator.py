@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ctxfold.config.schema import Config
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategyContext
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.kinds import ESTIMATOR
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, RequestShape, Usage
 from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 
@@ -17,9 +17,8 @@ def est() -> HeuristicEstimator:
 
 
 def test_registered_by_name() -> None:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
-    built = registry.create("estimator", "heuristic",
-                            StrategyContext(config=Config(), registry=registry))
+    registry = Registry.from_config(load_entry_points=False)
+    built = registry.create(ESTIMATOR, "heuristic", config=Config())
     assert isinstance(built, HeuristicEstimator)
     assert built.name == "heuristic"
 

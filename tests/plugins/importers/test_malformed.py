@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
+from ctxfold.importing import import_session
 from ctxfold.kernel.errors import CtxfoldError, ImporterError
-from ctxfold.kernel.importing import import_session
-from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.registry import Registry
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "importers"
 
 
 @pytest.fixture()
 def registry() -> Registry:
-    return Registry(make_plugin_manager(load_entry_points=False))
+    return Registry.from_config(load_entry_points=False)
 
 
 def _fails(path: Path, registry: Registry, fmt: str | None, *fragments: str) -> str:

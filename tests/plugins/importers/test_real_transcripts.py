@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold.kernel.importing import ImportedSession, detect_format, import_session
-from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.importing import detect_format, import_session
+from ctxfold.kernel.kinds import ImporterOptions
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.types import ImportedSession
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DATA = REPO_ROOT.parent / "shared" / "data" / "transcripts"
@@ -69,7 +71,7 @@ pytestmark = pytest.mark.skipif(not SESSIONS, reason=f"real transcripts not foun
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    return Registry(make_plugin_manager(load_entry_points=False))
+    return Registry.from_config(load_entry_points=False)
 
 
 def _ids(item: tuple[Path, str]) -> str:
@@ -112,7 +114,7 @@ def _check_structure(session: ImportedSession) -> None:
 @pytest.mark.parametrize("item", SESSIONS, ids=_ids)
 def test_imports_real_session(item: tuple[Path, str], registry: Registry) -> None:
     path, fmt = item
-    session = import_session(path, registry, options={"exit_message": "drop"})
+    session = import_session(path, registry, options=ImporterOptions(exit_message="drop"))
     assert session.format == fmt
     assert session.source == path
     _check_structure(session)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold.kernel.importing import ImportedSession, detect_format, import_session
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.types import Usage
+from ctxfold.importing import detect_format, import_session
+from ctxfold.kernel.kinds import ImporterOptions
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.types import ImportedSession, Usage
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "importers"
 CONV = FIXTURES / "openhands_v1" / "conv0001"
@@ -33,7 +34,7 @@ DETECTION = {
 
 @pytest.fixture()
 def registry() -> Registry:
-    return Registry(make_plugin_manager(load_entry_points=False))
+    return Registry.from_config(load_entry_points=False)
 
 
 def _load(registry: Registry, name: str, **kwargs: object) -> ImportedSession:
@@ -73,7 +74,7 @@ def test_openai_shapes(name: str, registry: Registry) -> None:
 
 
 def test_openai_reads_ctxfold_transcript_lines(tmp_path: Path, registry: Registry) -> None:
-    from ctxfold.kernel.convert import dumps_message
+    from ctxfold.kernel.codec import dumps_message
     from ctxfold.kernel.types import Message, ToolCall
 
     messages = [
@@ -119,7 +120,7 @@ def test_mini_swe_agent_v2_exit_and_usage(registry: Registry) -> None:
     last = session.messages[-1]
     assert (last.role, last.tool_call_id) == ("tool", "call_00_b")
     assert last.content.startswith("diff --git")
-    dropped = _load(registry, "mini_v2.traj.json", options={"exit_message": "drop"})
+    dropped = _load(registry, "mini_v2.traj.json", options=ImporterOptions(exit_message="drop"))
     assert len(dropped.messages) == len(session.messages) - 1
     assert dropped.messages[-1].tool_calls[0].id == "call_00_b"
 

@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold.kernel.summary import is_compaction_summary
+from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import Message, RequestShape, ToolCall, Usage
+from ctxfold.plugins.policies._common import scaled
 from ctxfold.plugins.policies.codex_like import CodexLikePolicy
 from ctxfold.plugins.policies.masking import MaskingPolicy
 from ctxfold.plugins.policies.opencode_like import CLEARED, OpencodeLikePolicy
 from ctxfold.plugins.policies.openhands_like import OpenHandsLikePolicy
 from ctxfold.plugins.policies.truncate_oldest import TruncateOldestPolicy
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
-from ctxfold.replay.policy import PolicySetup, scaled
 
 
 class CharEstimator:
@@ -34,8 +35,8 @@ class CharEstimator:
         pass
 
 
-def setup(tmp_path: Path, window: int, ratio: float = 0.8) -> PolicySetup:
-    return PolicySetup(tools=(), window=window, compact_ratio=ratio, estimator=CharEstimator(),
+def setup(tmp_path: Path, window: int, ratio: float = 0.8) -> PolicyOptions:
+    return PolicyOptions(tools=(), window=window, compact_ratio=ratio, estimator=CharEstimator(),
                        summarizer=ExtractiveSummarizer(), workdir=tmp_path)
 
 
@@ -96,12 +97,12 @@ def test_openhands_like_keeps_first_four_and_one_summary(tmp_path: Path) -> None
     policy = OpenHandsLikePolicy(setup(tmp_path, 10_000_000), keep_first=4, max_size=20)
     messages = session(30, result_size=10)
     requests = drive(policy, messages)
-    condensed = [r for r in requests if any(is_compaction_summary(m) for m in r)]
+    condensed = [r for r in requests if any(is_summary_message(m) for m in r)]
     assert condensed, "the condenser never ran"
     for request in condensed:
         assert list(request[:4]) == messages[:4]
-        assert is_compaction_summary(request[4])
-        assert sum(1 for m in request if is_compaction_summary(m)) == 1
+        assert is_summary_message(request[4])
+        assert sum(1 for m in request if is_summary_message(m)) == 1
         assert len(request) <= 20 + 1
         assert_no_orphans(request)
 
@@ -122,7 +123,7 @@ def test_codex_like_triggers_at_ninety_percent(tmp_path: Path) -> None:
     assert len(second.summaries) == 1 and second.installed
     roles = [m.role for m in second.messages]
     assert roles == ["system", "user", "user"]  # system, kept user message, summary
-    assert second.messages[1].content == "U" * 100 and is_compaction_summary(second.messages[2])
+    assert second.messages[1].content == "U" * 100 and is_summary_message(second.messages[2])
 
 
 def test_opencode_like_prunes_old_tool_outputs_only_when_enough_is_freed(tmp_path: Path) -> None:
@@ -148,8 +149,8 @@ def test_scaling_rule_is_proportional_below_the_reference_window() -> None:
 @pytest.mark.parametrize("name", ["ctxfold", "append-only", "truncate-oldest", "codex-like",
                                   "opencode-like", "openhands-like", "masking"])
 def test_every_policy_is_registered_with_a_description(name: str) -> None:
-    from ctxfold.kernel.registry import Registry, make_plugin_manager
+    from ctxfold.kernel.registry import Registry
 
-    registry = Registry(make_plugin_manager(load_entry_points=False))
+    registry = Registry.from_config(load_entry_points=False)
     spec = registry.get("policy", name)
     assert spec.description and spec.source.startswith("builtin:ctxfold.plugins.policies.")

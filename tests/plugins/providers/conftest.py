@@ -9,10 +9,10 @@ import httpx
 import pytest
 from providers_support import SECRET
 
-from ctxfold.config.schema import Config, ProviderConfig
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategyContext
-from ctxfold.kernel.wire import HttpProvider
+from ctxfold.kernel.config import Config, ProviderConfig
+from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
+from ctxfold.kernel.registry import Registry
+from ctxfold.transport.provider import HttpProvider
 
 
 @pytest.fixture
@@ -25,11 +25,12 @@ def make_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Htt
     def _make(name: str, handler: Callable[[httpx.Request], httpx.Response],
               provider: ProviderConfig | None = None, **options: Any) -> HttpProvider:
         config = Config(provider=provider or ProviderConfig(name=name, model="m-1"))
-        registry = Registry(make_plugin_manager(load_entry_points=False))
+        registry = Registry.from_config(load_entry_points=False)
         options.setdefault("sleep", lambda _s: None)
-        context = StrategyContext(config=config, registry=registry,
-                                  options={"transport": httpx.MockTransport(handler), **options})
-        result: HttpProvider = registry.create("provider", name, context)
+        result = registry.create(
+            PROVIDER, name, config=config,
+            options=ProviderOptions(transport=httpx.MockTransport(handler), **options))
+        assert isinstance(result, HttpProvider)
         made.append(result)
         return result
 

@@ -10,11 +10,11 @@ import httpx
 import pytest
 from providers_support import SECRET, Recorder, sse_response
 
-from ctxfold.config.schema import ProviderConfig
+from ctxfold.kernel.config import ProviderConfig
+from ctxfold.kernel.contracts import Provider
 from ctxfold.kernel.errors import ContextLimitError, ProviderConnectionError, ProviderResponseError
-from ctxfold.kernel.strategies import ChatRequest, Provider
-from ctxfold.kernel.types import Message, ToolCall, ToolSchema
-from ctxfold.kernel.wire import HttpProvider, partial_message_of
+from ctxfold.kernel.types import ChatRequest, Message, ToolCall, ToolSchema
+from ctxfold.transport.provider import HttpProvider, partial_message_of
 
 USAGE = {
     "prompt_tokens": 1200, "completion_tokens": 40, "total_tokens": 1240,

@@ -7,8 +7,7 @@ import pytest
 from providers_support import Recorder, sse_response
 
 from ctxfold.kernel.errors import ContextLimitError, ProviderRequestError
-from ctxfold.kernel.strategies import ChatRequest
-from ctxfold.kernel.types import Message, ToolCall
+from ctxfold.kernel.types import ChatRequest, Message, ToolCall
 
 MESSAGES = (
     Message(role="user", content="hi"),

@@ -9,9 +9,8 @@ import pytest
 from providers_support import Recorder, sse_response
 
 from ctxfold.kernel.errors import ContextLimitError, ProviderConnectionError, ServerError
-from ctxfold.kernel.strategies import ChatRequest
-from ctxfold.kernel.types import Message, ToolCall, ToolSchema
-from ctxfold.kernel.wire import partial_message_of
+from ctxfold.kernel.types import ChatRequest, Message, ToolCall, ToolSchema
+from ctxfold.transport.provider import partial_message_of
 
 MESSAGES = (
     Message(role="system", content="Be brief."),

@@ -7,9 +7,10 @@ import tracemalloc
 import attrs
 import pytest
 
-from ctxfold.config.schema import Config
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import Pruner, StrategyContext
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import Pruner
+from ctxfold.kernel.kinds import PRUNER
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.plugins.pruners.head_tail import (
     PRUNE_HEAD,
@@ -119,9 +120,9 @@ def test_allocation_bounded_by_retained_content() -> None:
 
 
 def test_registered_and_satisfies_protocol() -> None:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
+    registry = Registry.from_config(load_entry_points=False)
     assert "head-tail" in registry.names("pruner")
     spec = registry.get("pruner", "head-tail")
     assert spec.source == "builtin:ctxfold.plugins.pruners.head_tail"
-    pruner = registry.create("pruner", "head-tail", StrategyContext(Config(), registry))
+    pruner = registry.create(PRUNER, "head-tail", config=Config())
     assert isinstance(pruner, Pruner)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold.config.schema import Config, StoreConfig
+from ctxfold.kernel.config import Config, StoreConfig
+from ctxfold.kernel.contracts import Store
 from ctxfold.kernel.errors import SessionError, SidecarError, StoreError
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import Store, StrategyContext
+from ctxfold.kernel.kinds import STORE, StoreOptions
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.plugins.stores import fs as fs_module
 from ctxfold.plugins.stores.fs import FsStore, StoreWarning
@@ -521,13 +522,11 @@ def test_last_activity_is_transcript_mtime(store: FsStore) -> None:
 def test_registered_as_store_fs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     config = Config(store=StoreConfig(name="fs", path="data/sessions"))
-    registry = Registry(make_plugin_manager(load_entry_points=False))
-    store = registry.create("store", "fs", StrategyContext(config=config, registry=registry))
+    registry = Registry.from_config(load_entry_points=False)
+    store = registry.create(STORE, "fs", config=config)
     assert isinstance(store, FsStore) and isinstance(store, Store)
     assert store.root == tmp_path / "data" / "sessions"
     store.create("x")
     assert (tmp_path / "data" / "sessions" / "x.jsonl").exists()
-    override = registry.create(
-        "store", "fs", StrategyContext(config=config, registry=registry, options={"path": "o"})
-    )
+    override = registry.create(STORE, "fs", config=config, options=StoreOptions(path="o"))
     assert override.root == tmp_path / "o"

@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold.config.schema import Config
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import StrategyContext, Summarizer, SummaryRequest
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import Summarizer
+from ctxfold.kernel.kinds import SUMMARIZER
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.summary import (
     SUMMARY_HEADINGS,
     build_summary_request,
     validate_summary_result,
     wrap_summary,
 )
-from ctxfold.kernel.types import Message, ToolCall, ToolSchema
+from ctxfold.kernel.types import Message, SummaryRequest, ToolCall, ToolSchema
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 
 
@@ -171,8 +172,8 @@ def test_output_bounded_by_max_tokens(max_tokens: int) -> None:
 
 
 def test_registered() -> None:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
-    summarizer = registry.create("summarizer", "extractive", StrategyContext(Config(), registry))
+    registry = Registry.from_config(load_entry_points=False)
+    summarizer = registry.create(SUMMARIZER, "extractive", config=Config())
     assert isinstance(summarizer, Summarizer)
 
 
@@ -183,7 +184,7 @@ def _transcripts_dir() -> Path:
 
 def _load(path: Path) -> list[Message]:
     """OpenAI-shaped records of a SWE-agent ``.traj`` or mini-swe-agent 2.x file (README §2, §5)."""
-    from ctxfold.kernel.convert import message_from_openai
+    from ctxfold.interop.chat import message_from_openai
 
     data = json.loads(path.read_text(encoding="utf-8"))
     records = data.get("history") or data.get("messages") or []

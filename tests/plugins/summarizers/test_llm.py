@@ -6,19 +6,14 @@ from typing import Any
 
 import pytest
 
-from ctxfold.config.schema import Config, ProviderConfig, SummarizerConfig
+from ctxfold.kernel.config import Config, ProviderConfig, SummarizerConfig
+from ctxfold.kernel.contracts import StrategySpec, Summarizer
 from ctxfold.kernel.errors import ContextLimitError, PluginError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.registry import Registry, make_plugin_manager
-from ctxfold.kernel.strategies import (
-    ChatRequest,
-    ChatResponse,
-    StrategyContext,
-    StrategySpec,
-    Summarizer,
-)
+from ctxfold.kernel.kinds import SUMMARIZER, SummarizerOptions
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.summary import build_summary_request
-from ctxfold.kernel.types import Message, ToolSchema, Usage
+from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolSchema, Usage
 
 
 class FakeProvider:
@@ -52,9 +47,9 @@ REQUEST = build_summary_request(
 
 
 def _summarizer(provider: Any, config: Config | None = None) -> Any:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
-    context = StrategyContext(config or Config(), registry, {"provider": provider})
-    return registry.create("summarizer", "llm", context)
+    registry = Registry.from_config(load_entry_points=False)
+    return registry.create(SUMMARIZER, "llm", config=config or Config(),
+                           options=SummarizerOptions(provider=provider))
 
 
 def test_one_call_with_effort_none_cap_and_same_messages_and_tools() -> None:
@@ -109,15 +104,15 @@ def test_factory_builds_configured_provider_when_none_is_passed() -> None:
         def ctxfold_providers(self) -> list[StrategySpec]:
             return [StrategySpec(kind="provider", name="fake-test", factory=lambda _c: provider)]
 
-    registry = Registry(make_plugin_manager(load_entry_points=False, extra_plugins=[Plugin()]))
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
     config = Config(provider=ProviderConfig(name="fake-test"))
-    summarizer = registry.create("summarizer", "llm", StrategyContext(config, registry))
+    summarizer = registry.create(SUMMARIZER, "llm", config=config)
     summarizer.summarize(REQUEST)
     assert len(provider.requests) == 1
 
 
 def test_unknown_provider_name_fails_with_choices() -> None:
-    registry = Registry(make_plugin_manager(load_entry_points=False))
+    registry = Registry.from_config(load_entry_points=False)
     config = Config(provider=ProviderConfig(name="no-such-provider"))
     with pytest.raises(PluginError, match="unknown provider 'no-such-provider'"):
-        registry.create("summarizer", "llm", StrategyContext(config, registry))
+        registry.create(SUMMARIZER, "llm", config=config)

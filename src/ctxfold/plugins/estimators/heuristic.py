@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxfold.kernel.estimate import IncrementalEstimator, cjk_count
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.plugins.estimators.base import IncrementalEstimator, cjk_count
 
 #: Cold tokens per character of non-CJK text (SPEC §2).
 COLD_TOKENS_PER_CHAR = 0.25

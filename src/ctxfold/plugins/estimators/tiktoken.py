@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import PluginError
-from ctxfold.kernel.estimate import DEFAULT_CACHE_SIZE, IncrementalEstimator
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.kernel.kinds import EstimatorOptions
 from ctxfold.plugins.estimators._bundled import bundled_file
+from ctxfold.plugins.estimators.base import DEFAULT_CACHE_SIZE, IncrementalEstimator
 
 if TYPE_CHECKING:
     import tiktoken as _tiktoken
@@ -96,8 +97,8 @@ class TiktokenEstimator(IncrementalEstimator):
         return [len(enc(t)) if t else 0 for t in texts]
 
 
-def _factory(context: StrategyContext) -> TiktokenEstimator:
-    encoding = str(context.options.get("encoding", "cl100k_base"))
+def _factory(context: StrategyContext[EstimatorOptions]) -> TiktokenEstimator:
+    encoding = context.options.encoding or "cl100k_base"
     if encoding != "cl100k_base":
         raise PluginError(
             f"estimator 'tiktoken': encoding {encoding!r} is not available offline; "

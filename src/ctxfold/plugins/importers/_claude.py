@@ -20,7 +20,7 @@ from typing import Literal
 
 import attrs
 
-from ctxfold.kernel.importing import SessionBuilder
+from ctxfold.importing import SessionBuilder
 from ctxfold.kernel.types import Message, ToolCall, Usage
 
 BlockType = Literal["text", "thinking", "tool_use", "tool_result"]

@@ -9,8 +9,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ctxfold.kernel.convert import InteropError, join_text_parts, message_from_openai
-from ctxfold.kernel.importing import importer_error
+from ctxfold.importing import importer_error
+from ctxfold.interop.chat import join_text_parts, message_from_openai
+from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, Usage
 
 #: Bytes read from each end of a file when sniffing; enough for every header we look for.
@@ -158,7 +159,7 @@ def openai_message(path: Path, data: Mapping[str, Any], position: str) -> Messag
     """:func:`message_from_openai` with errors turned into positioned ImporterErrors."""
     try:
         return message_from_openai(data, where=position)
-    except InteropError as exc:
+    except MessageError as exc:
         reason = str(exc).removeprefix(f"{position}: ")
         raise importer_error(path, position, reason) from None
 

@@ -19,10 +19,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ctxfold.importing import SessionBuilder, importer_error
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.importing import ImportedSession, SessionBuilder, importer_error
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.kernel.types import Usage
+from ctxfold.kernel.types import ImportedSession, Usage
 from ctxfold.plugins.importers._claude import Block, Record, add_records, usage_from_claude
 from ctxfold.plugins.importers._common import (
     as_int,

@@ -21,10 +21,10 @@ import json
 import re
 from pathlib import Path
 
+from ctxfold.importing import SessionBuilder
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.importing import ImportedSession, SessionBuilder
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.kernel.types import Message, ToolCall
+from ctxfold.kernel.types import ImportedSession, Message, ToolCall
 from ctxfold.plugins.importers._common import (
     dig,
     load_json,

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ctxfold.importing import SessionBuilder, importer_error
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.importing import ImportedSession, SessionBuilder, importer_error
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.kinds import ImporterOptions
+from ctxfold.kernel.types import ImportedSession, Message
 from ctxfold.plugins.importers._common import (
     dig,
     load_json,
@@ -95,8 +96,8 @@ class MiniSweAgentV2Importer:
         return builder.build(str(doc.get("instance_id") or stem_of(path)))
 
 
-def _factory(context: StrategyContext) -> MiniSweAgentV2Importer:
-    return MiniSweAgentV2Importer(str(context.options.get("exit_message", "tool")))
+def _factory(context: StrategyContext[ImporterOptions]) -> MiniSweAgentV2Importer:
+    return MiniSweAgentV2Importer(context.options.exit_message)
 
 
 @hookimpl

@@ -12,12 +12,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ctxfold.kernel.convert import message_from_dict, tool_schema_from_openai
+from ctxfold.importing import SessionBuilder, importer_error
+from ctxfold.interop.chat import tool_schema_from_openai
+from ctxfold.kernel.codec import message_from_dict
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import ImporterError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.importing import ImportedSession, SessionBuilder, importer_error
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.types import ImportedSession, Message
 from ctxfold.plugins.importers._common import (
     first_non_space,
     head_lines,

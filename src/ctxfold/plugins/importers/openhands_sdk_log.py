@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ctxfold.kernel.convert import tool_schema_from_openai
+from ctxfold.importing import SessionBuilder
+from ctxfold.interop.chat import tool_schema_from_openai
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.importing import ImportedSession, SessionBuilder
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.kernel.types import ImportedSession
 from ctxfold.plugins.importers._common import (
     dig,
     first_non_space,

@@ -28,11 +28,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ctxfold.kernel.convert import tool_schema_from_openai
+from ctxfold.importing import SessionBuilder
+from ctxfold.interop.chat import tool_schema_from_openai
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.importing import ImportedSession, SessionBuilder
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.kernel.types import Message, ToolCall, Usage
+from ctxfold.kernel.types import ImportedSession, Message, ToolCall, Usage
 from ctxfold.plugins.importers._common import (
     as_int,
     dig,

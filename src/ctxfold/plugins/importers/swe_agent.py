@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ctxfold.importing import SessionBuilder
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.importing import ImportedSession, SessionBuilder
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
+from ctxfold.kernel.types import ImportedSession
 from ctxfold.plugins.importers._common import (
     dig,
     first_non_space,

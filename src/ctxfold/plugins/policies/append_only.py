@@ -8,9 +8,11 @@ policy as failed.
 
 from __future__ import annotations
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.replay.policy import BasePolicy, PolicyRequest, setup_of
+from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.types import PolicyRequest
+from ctxfold.plugins.policies._common import BasePolicy
 
 
 class AppendOnlyPolicy(BasePolicy):
@@ -22,8 +24,8 @@ class AppendOnlyPolicy(BasePolicy):
         return PolicyRequest(messages=tuple(self.history))
 
 
-def _factory(context: StrategyContext) -> AppendOnlyPolicy:
-    return AppendOnlyPolicy(setup_of(context))
+def _factory(context: StrategyContext[PolicyOptions]) -> AppendOnlyPolicy:
+    return AppendOnlyPolicy(context.options)
 
 
 @hookimpl

@@ -12,7 +12,7 @@
   (``codex-rs/core/src/compact.rs``).
 
 Scaling: the 20 000-token user budget is scaled by ``window / 200_000`` below a 200K window
-(:func:`ctxfold.replay.policy.scaled`); the 90 % trigger is a ratio and is not scaled.
+(:func:`ctxfold.plugins.policies._common.scaled`); the 90 % trigger is a ratio and is not scaled.
 """
 
 from __future__ import annotations
@@ -21,18 +21,12 @@ import math
 
 import attrs
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.kernel.summary import is_compaction_summary
-from ctxfold.kernel.types import Message
-from ctxfold.replay.policy import (
-    BasePolicy,
-    PolicyRequest,
-    PolicySetup,
-    first_system,
-    scaled,
-    setup_of,
-)
+from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.summary import is_summary_message
+from ctxfold.kernel.types import Message, PolicyRequest
+from ctxfold.plugins.policies._common import BasePolicy, first_system, scaled
 
 TRIGGER_RATIO = 0.90
 USER_MESSAGE_MAX_TOKENS = 20_000
@@ -53,7 +47,7 @@ class CodexLikePolicy(BasePolicy):
 
     name = "codex-like"
 
-    def __init__(self, setup: PolicySetup) -> None:
+    def __init__(self, setup: PolicyOptions) -> None:
         super().__init__(setup)
         self.body: list[Message] = []
         self.covered = 0
@@ -72,7 +66,7 @@ class CodexLikePolicy(BasePolicy):
         kept: list[Message] = []
         budget = self.user_budget
         for message in reversed(view):
-            if message.role != "user" or message.origin != "user" or is_compaction_summary(message):
+            if message.role != "user" or message.origin != "user" or is_summary_message(message):
                 continue
             tokens = self.count(message)
             if tokens > budget:
@@ -86,8 +80,8 @@ class CodexLikePolicy(BasePolicy):
         return PolicyRequest(messages=tuple(self.view()), summaries=(call,), installed=True)
 
 
-def _factory(context: StrategyContext) -> CodexLikePolicy:
-    return CodexLikePolicy(setup_of(context))
+def _factory(context: StrategyContext[PolicyOptions]) -> CodexLikePolicy:
+    return CodexLikePolicy(context.options)
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""Policy ``ctxfold``: the real engine, a :class:`~ctxfold.kernel.engine.ContextManager`.
+"""Policy ``ctxfold``: the real engine, a :class:`~ctxfold.ContextManager`.
 
 Each canonical message is appended to a session in a private filesystem store (temporary
 directory); before each assistant message the policy calls ``prepare()`` — the engine exactly
@@ -14,12 +14,14 @@ import re
 
 import attrs
 
-from ctxfold.config.schema import AgentConfig, SummarizerConfig
-from ctxfold.kernel.errors import MaintenanceError
+from ctxfold.engine.manager import open_session
+from ctxfold.kernel.config import AgentConfig, SummarizerConfig
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
+from ctxfold.kernel.errors import MaintenanceError, PolicyFailedError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec, SummaryRequest, SummaryResult
-from ctxfold.kernel.types import Message
-from ctxfold.replay.policy import PolicyFailed, PolicyRequest, PolicySetup, SummaryCall, setup_of
+from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.types import Message, PolicyRequest, SummaryCall, SummaryRequest, SummaryResult
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -42,9 +44,7 @@ class CtxfoldPolicy:
 
     name = "ctxfold"
 
-    def __init__(self, setup: PolicySetup, context: StrategyContext) -> None:
-        from ctxfold.kernel.engine import ContextManager
-
+    def __init__(self, setup: PolicyOptions, context: StrategyContext[PolicyOptions]) -> None:
         self.setup = setup
         config = attrs.evolve(
             context.config,
@@ -57,10 +57,11 @@ class CtxfoldPolicy:
         session_id = (_UNSAFE.sub("_", setup.session_name) or "session")[:100]
         if not session_id[0].isalnum():
             session_id = "s" + session_id
-        self.manager = ContextManager.open(
+        registry = context.registry if isinstance(context.registry, Registry) else None
+        self.manager = open_session(
             session_id,
             config=config,
-            registry=context.registry,
+            registry=registry,
             tools=setup.tools,
             estimator=setup.estimator,
             summarizer=self.recorder,
@@ -86,7 +87,7 @@ class CtxfoldPolicy:
         try:
             prepared = self.manager.prepare()
         except MaintenanceError as exc:
-            raise PolicyFailed(f"policy ctxfold: {exc}") from exc
+            raise PolicyFailedError(f"policy ctxfold: {exc}") from exc
         calls = tuple(
             SummaryCall(request=req, text=res.text.strip())
             for req, res in self.recorder.calls[before:]
@@ -104,8 +105,8 @@ class CtxfoldPolicy:
         return tuple(self.manager.store.load(self.manager.session_id))
 
 
-def _factory(context: StrategyContext) -> CtxfoldPolicy:
-    return CtxfoldPolicy(setup_of(context), context)
+def _factory(context: StrategyContext[PolicyOptions]) -> CtxfoldPolicy:
+    return CtxfoldPolicy(context.options, context)
 
 
 @hookimpl

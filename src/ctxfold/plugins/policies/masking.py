@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import attrs
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.replay.policy import BasePolicy, PolicyRequest, PolicySetup, option, setup_of
+from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.types import PolicyRequest
+from ctxfold.plugins.policies._common import BasePolicy, constants
 
 #: Tool results kept verbatim (the paper's window M = 10).
 KEEP_LAST = 10
@@ -28,7 +30,7 @@ class MaskingPolicy(BasePolicy):
 
     name = "masking"
 
-    def __init__(self, setup: PolicySetup, keep_last: int = KEEP_LAST) -> None:
+    def __init__(self, setup: PolicyOptions, keep_last: int = KEEP_LAST) -> None:
         super().__init__(setup)
         self.keep_last = keep_last
         self._masked_upto = -1  # history index of the newest masked tool result
@@ -49,9 +51,9 @@ class MaskingPolicy(BasePolicy):
         return PolicyRequest(messages=tuple(view), installed=changed, prunes=int(changed))
 
 
-def _factory(context: StrategyContext) -> MaskingPolicy:
-    return MaskingPolicy(setup_of(context), keep_last=int(option(context, "keep_last",
-                                                                  KEEP_LAST)))
+def _factory(context: StrategyContext[PolicyOptions]) -> MaskingPolicy:
+    tuned = constants(context.options, "masking", {"keep_last": KEEP_LAST})
+    return MaskingPolicy(context.options, keep_last=int(tuned["keep_last"]))
 
 
 @hookimpl

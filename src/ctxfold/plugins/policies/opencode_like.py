@@ -14,26 +14,19 @@ Deviations, documented: opencode V1 skips the last two user turns when pruning a
 only after the prompt loop exits; single-task agent sessions have one user turn and never
 exit the loop, so that rule would never fire — here the 40 000-token protection alone guards
 recent work and the check runs before every request. All three constants are scaled by
-``window / 200_000`` below a 200K window (:func:`ctxfold.replay.policy.scaled`).
+``window / 200_000`` below a 200K window (:func:`ctxfold.plugins.policies._common.scaled`).
 """
 
 from __future__ import annotations
 
 import attrs
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.kernel.summary import is_compaction_summary
-from ctxfold.kernel.types import Message
-from ctxfold.replay.policy import (
-    BasePolicy,
-    PolicyRequest,
-    PolicySetup,
-    SummaryCall,
-    first_system,
-    scaled,
-    setup_of,
-)
+from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.summary import is_summary_message
+from ctxfold.kernel.types import Message, PolicyRequest, SummaryCall
+from ctxfold.plugins.policies._common import BasePolicy, first_system, scaled
 
 PRUNE_PROTECT = 40_000
 PRUNE_MINIMUM = 20_000
@@ -46,7 +39,7 @@ class OpencodeLikePolicy(BasePolicy):
 
     name = "opencode-like"
 
-    def __init__(self, setup: PolicySetup) -> None:
+    def __init__(self, setup: PolicyOptions) -> None:
         super().__init__(setup)
         self.body: list[Message] = []
         self.covered = 0
@@ -90,7 +83,7 @@ class OpencodeLikePolicy(BasePolicy):
             calls = (call,)
             last_user = next(
                 (m for m in reversed(view)
-                 if m.role == "user" and m.origin == "user" and not is_compaction_summary(m)),
+                 if m.role == "user" and m.origin == "user" and not is_summary_message(m)),
                 None,
             )
             self.body = [m for m in (system, summary, last_user) if m is not None]
@@ -100,8 +93,8 @@ class OpencodeLikePolicy(BasePolicy):
                              installed=pruned or bool(calls), prunes=int(pruned))
 
 
-def _factory(context: StrategyContext) -> OpencodeLikePolicy:
-    return OpencodeLikePolicy(setup_of(context))
+def _factory(context: StrategyContext[PolicyOptions]) -> OpencodeLikePolicy:
+    return OpencodeLikePolicy(context.options)
 
 
 @hookimpl

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import attrs
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec, SummaryRequest
+from ctxfold.kernel.kinds import PolicyOptions
 from ctxfold.kernel.summary import summary_instruction, summary_output_cap
-from ctxfold.kernel.types import Message
-from ctxfold.replay.policy import BasePolicy, PolicyRequest, PolicySetup, option, setup_of
+from ctxfold.kernel.types import Message, PolicyRequest, SummaryRequest
+from ctxfold.plugins.policies._common import BasePolicy, constants
 
 KEEP_FIRST = 4
 MAX_SIZE = 120
@@ -48,7 +49,7 @@ class OpenHandsLikePolicy(BasePolicy):
 
     name = "openhands-like"
 
-    def __init__(self, setup: PolicySetup, keep_first: int = KEEP_FIRST,
+    def __init__(self, setup: PolicyOptions, keep_first: int = KEEP_FIRST,
                  max_size: int = MAX_SIZE) -> None:
         super().__init__(setup)
         self.keep_first = keep_first
@@ -109,11 +110,11 @@ class OpenHandsLikePolicy(BasePolicy):
         return PolicyRequest(messages=tuple(self.view()), summaries=(call,), installed=True)
 
 
-def _factory(context: StrategyContext) -> OpenHandsLikePolicy:
+def _factory(context: StrategyContext[PolicyOptions]) -> OpenHandsLikePolicy:
+    tuned = constants(context.options, "openhands-like",
+                      {"keep_first": KEEP_FIRST, "max_size": MAX_SIZE})
     return OpenHandsLikePolicy(
-        setup_of(context),
-        keep_first=int(option(context, "keep_first", KEEP_FIRST)),
-        max_size=int(option(context, "max_size", MAX_SIZE)),
+        context.options, keep_first=int(tuned["keep_first"]), max_size=int(tuned["max_size"]),
     )
 
 

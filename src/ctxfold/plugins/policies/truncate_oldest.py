@@ -11,16 +11,11 @@ No summary is written, so nothing of the dropped history survives.
 
 from __future__ import annotations
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
-from ctxfold.replay.policy import (
-    BasePolicy,
-    PolicyRequest,
-    PolicySetup,
-    first_system,
-    rounds,
-    setup_of,
-)
+from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.types import PolicyRequest
+from ctxfold.plugins.policies._common import BasePolicy, first_system, rounds
 
 
 class TruncateOldestPolicy(BasePolicy):
@@ -28,7 +23,7 @@ class TruncateOldestPolicy(BasePolicy):
 
     name = "truncate-oldest"
 
-    def __init__(self, setup: PolicySetup) -> None:
+    def __init__(self, setup: PolicyOptions) -> None:
         super().__init__(setup)
         self.start = 0  # index in history of the oldest kept non-system message
 
@@ -55,8 +50,8 @@ class TruncateOldestPolicy(BasePolicy):
         return PolicyRequest(messages=tuple(view), installed=dropped > 0, prunes=int(dropped > 0))
 
 
-def _factory(context: StrategyContext) -> TruncateOldestPolicy:
-    return TruncateOldestPolicy(setup_of(context))
+def _factory(context: StrategyContext[PolicyOptions]) -> TruncateOldestPolicy:
+    return TruncateOldestPolicy(context.options)
 
 
 @hookimpl

@@ -10,15 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxfold.kernel.convert import message_to_openai, tool_schema_to_openai
-from ctxfold.kernel.strategies import ChatRequest, ChatResponse
-from ctxfold.kernel.types import Message, ToolCall, Usage
-from ctxfold.kernel.wire import (
-    bad_payload,
-    error_from_payload,
-    load_json,
-    stream_cut,
-)
+from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
+from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall, Usage
+from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
 
 
 def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -12,32 +12,43 @@ What is sent (``POST {base}/chat/completions``):
   usage-only chunk, hits/misses from ``prompt_cache_hit_tokens``/``prompt_cache_miss_tokens``.
 
 Overflow is HTTP 400 with "maximum context length is …" and ``code: invalid_request_error``
-(not ``context_length_exceeded``), parsed by :mod:`ctxfold.kernel.overflow`.
+(not ``context_length_exceeded``), parsed by :mod:`ctxfold.transport.overflow`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ctxfold.kernel.contracts import ProviderDefaults, StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import CACHE_TTL_MINUTES, ChatRequest, StrategyContext, StrategySpec
-from ctxfold.kernel.wire import HttpProvider, ProviderDefaults, build_http_provider
+from ctxfold.kernel.kinds import ProviderOptions
+from ctxfold.kernel.types import ChatRequest
 from ctxfold.plugins.providers._chat import ChatCompletionsTranslator
-
-DEFAULTS = ProviderDefaults(
-    base_url="https://api.deepseek.com",
-    api_key_env="DEEPSEEK_API_KEY",
-    model="deepseek-flash",
-    cache_ttl_minutes=CACHE_TTL_MINUTES["deepseek"],
-)
-_EFFORT = {"low": "low", "medium": "high", "high": "high", "max": "max"}
+from ctxfold.transport.provider import HttpProvider, build_http_provider, output_budget
 
 
 def server_default_max_tokens(effort: str) -> int:
-    """DeepSeek's ``max_tokens`` when the field is omitted (providers.md §1.2)."""
+    """DeepSeek's ``max_tokens`` when the field is omitted: 8K non-thinking, 64K thinking,
+    128K at effort ``max`` (https://api-docs.deepseek.com/api/create-chat-completion)."""
     if effort == "none":
         return 8_192
     return 131_072 if effort == "max" else 65_536
+
+
+#: What DeepSeek declares: V4 flash, a 1M window (errors report 1048576), a 24 h cache
+#: (https://api-docs.deepseek.com/quick_start/pricing, .../guides/kv_cache), the server's own
+#: output default with the field omitted, and its request-id headers.
+DEFAULTS = ProviderDefaults(
+    model="deepseek-flash",
+    context_window=1_048_576,
+    cache_ttl_minutes=24 * 60,
+    base_url="https://api.deepseek.com",
+    api_key_env="DEEPSEEK_API_KEY",
+    output_budget=server_default_max_tokens,
+    omit_output_field=True,
+    request_id_headers=("x-request-id", "x-deepseek-request-id", "request-id"),
+)
+_EFFORT = {"low": "low", "medium": "high", "high": "high", "max": "max"}
 
 
 class DeepSeekTranslator(ChatCompletionsTranslator):
@@ -48,15 +59,9 @@ class DeepSeekTranslator(ChatCompletionsTranslator):
     def budget_fields(self, request: ChatRequest) -> dict[str, Any]:
         """``max_tokens`` for a positive user cap (clipped to the window's output room); at 0
         the field is omitted, unless the room left in the window is smaller than the server's
-        own default for this effort (8K plain, 64K thinking, 128K max; providers.md §1.2):
-        then the clipped value is sent (origin §3.13)."""
-        room = request.output_room
-        if request.max_output_tokens > 0:
-            cap = request.max_output_tokens
-            return {"max_tokens": min(cap, room) if room > 0 else cap}
-        if 0 < room < server_default_max_tokens(request.effort):
-            return {"max_tokens": room}
-        return {}
+        own default for this effort: then the clipped value is sent."""
+        budget = output_budget(request, DEFAULTS)
+        return {} if budget is None else {"max_tokens": budget}
 
     def thinking_fields(self, request: ChatRequest) -> dict[str, Any]:
         """``none`` turns thinking off; other efforts pick the reasoning depth."""
@@ -65,7 +70,7 @@ class DeepSeekTranslator(ChatCompletionsTranslator):
         return {"reasoning_effort": _EFFORT.get(request.effort, "high")}
 
 
-def create(context: StrategyContext) -> HttpProvider:
+def create(context: StrategyContext[ProviderOptions]) -> HttpProvider:
     """Factory: an :class:`HttpProvider` for DeepSeek from ``[provider]``."""
     return build_http_provider(context, DeepSeekTranslator(), DEFAULTS)
 
@@ -73,5 +78,5 @@ def create(context: StrategyContext) -> HttpProvider:
 @hookimpl
 def ctxfold_providers() -> list[StrategySpec]:
     """Register the ``deepseek`` provider."""
-    return [StrategySpec(kind="provider", name="deepseek", factory=create,
+    return [StrategySpec(kind="provider", name="deepseek", factory=create, defaults=DEFAULTS,
                          description="DeepSeek chat completions (api.deepseek.com)")]

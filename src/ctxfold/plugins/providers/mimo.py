@@ -20,21 +20,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctxfold.kernel.contracts import ProviderDefaults, StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import CACHE_TTL_MINUTES, ChatRequest, StrategyContext, StrategySpec
-from ctxfold.kernel.wire import (
-    HttpProvider,
-    ProviderDefaults,
-    build_http_provider,
-    ladder_output_tokens,
-)
+from ctxfold.kernel.kinds import ProviderOptions
+from ctxfold.kernel.types import ChatRequest
 from ctxfold.plugins.providers._chat import ChatCompletionsTranslator
+from ctxfold.transport.provider import (
+    HttpProvider,
+    build_http_provider,
+    ladder_budget,
+    output_budget,
+)
 
+#: What MiMo declares. The pricing page prices mimo-v2.5-pro up to 1M input, but whether a
+#: plain model id gets 1M or 256K is not documented
+#: (https://platform.xiaomimimo.com/docs/en-US/pricing): 256K is assumed, so compaction starts
+#: early rather than after an overflow; set ``[provider] context_window`` for the 1M tier.
 DEFAULTS = ProviderDefaults(
+    model="mimo-v2.5-pro",
+    context_window=262_144,
+    cache_ttl_minutes=24 * 60,
     base_url="https://api.xiaomimimo.com/v1",
     api_key_env="MIMO_API_KEY",
-    model="mimo-v2.5-pro",
-    cache_ttl_minutes=CACHE_TTL_MINUTES["mimo"],
+    output_budget=ladder_budget,
 )
 
 
@@ -45,14 +53,14 @@ class MiMoTranslator(ChatCompletionsTranslator):
 
     def budget_fields(self, request: ChatRequest) -> dict[str, Any]:
         """``max_completion_tokens`` from the ladder (explicit values win)."""
-        return {"max_completion_tokens": ladder_output_tokens(request)}
+        return {"max_completion_tokens": output_budget(request, DEFAULTS)}
 
     def thinking_fields(self, request: ChatRequest) -> dict[str, Any]:
         """Thinking on unless effort is ``none``."""
         return {"thinking": {"type": "disabled" if request.effort == "none" else "enabled"}}
 
 
-def create(context: StrategyContext) -> HttpProvider:
+def create(context: StrategyContext[ProviderOptions]) -> HttpProvider:
     """Factory: an :class:`HttpProvider` for MiMo from ``[provider]``."""
     return build_http_provider(context, MiMoTranslator(), DEFAULTS)
 
@@ -60,5 +68,5 @@ def create(context: StrategyContext) -> HttpProvider:
 @hookimpl
 def ctxfold_providers() -> list[StrategySpec]:
     """Register the ``mimo`` provider."""
-    return [StrategySpec(kind="provider", name="mimo", factory=create,
+    return [StrategySpec(kind="provider", name="mimo", factory=create, defaults=DEFAULTS,
                          description="Xiaomi MiMo chat completions (api.xiaomimimo.com)")]

@@ -27,31 +27,28 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctxfold.kernel.contracts import ProviderDefaults, StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import (
-    CACHE_TTL_MINUTES,
-    ChatRequest,
-    ChatResponse,
-    StrategyContext,
-    StrategySpec,
-)
-from ctxfold.kernel.types import Message, ToolCall, ToolSchema, Usage
-from ctxfold.kernel.wire import (
+from ctxfold.kernel.kinds import ProviderOptions
+from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall, ToolSchema, Usage
+from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
+from ctxfold.transport.provider import (
     HttpProvider,
-    ProviderDefaults,
-    bad_payload,
     build_http_provider,
-    error_from_payload,
-    ladder_output_tokens,
-    load_json,
-    stream_cut,
+    ladder_budget,
+    output_budget,
 )
 
+#: What OpenAI declares here: gpt-5.5 with a 400K window (the gpt-5 family's; newer models
+#: may be larger — set ``[provider] context_window``), the in-memory cache's 10 minutes
+#: (https://platform.openai.com/docs/guides/prompt-caching), the output ladder.
 DEFAULTS = ProviderDefaults(
+    model="gpt-5.5",
+    context_window=400_000,
+    cache_ttl_minutes=10,
     base_url="https://api.openai.com/v1",
     api_key_env="OPENAI_API_KEY",
-    model="gpt-5.5",
-    cache_ttl_minutes=CACHE_TTL_MINUTES["responses"],
+    output_budget=ladder_budget,
 )
 NAME = "responses"
 
@@ -102,7 +99,7 @@ class ResponsesTranslator:
         body: dict[str, Any] = {"model": model, "input": input_items(request.messages)}
         if request.tools:
             body["tools"] = [tool_item(t) for t in request.tools]
-        body["max_output_tokens"] = ladder_output_tokens(request)
+        body["max_output_tokens"] = output_budget(request, DEFAULTS)
         body["reasoning"] = {"effort": request.effort}
         body["store"] = False
         if request.cache_key:
@@ -256,7 +253,7 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def create(context: StrategyContext) -> HttpProvider:
+def create(context: StrategyContext[ProviderOptions]) -> HttpProvider:
     """Factory: an :class:`HttpProvider` for the OpenAI Responses API from ``[provider]``."""
     return build_http_provider(context, ResponsesTranslator(), DEFAULTS)
 
@@ -264,5 +261,5 @@ def create(context: StrategyContext) -> HttpProvider:
 @hookimpl
 def ctxfold_providers() -> list[StrategySpec]:
     """Register the ``responses`` provider."""
-    return [StrategySpec(kind="provider", name=NAME, factory=create,
+    return [StrategySpec(kind="provider", name=NAME, factory=create, defaults=DEFAULTS,
                          description="OpenAI Responses API (api.openai.com/v1/responses)")]

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
 from ctxfold.kernel.types import Message
 
 PRUNE_THRESHOLD = 8192
@@ -36,7 +36,7 @@ def prune_tool_content(text: str) -> str:
 
 
 class HeadTailPruner:
-    """The :class:`ctxfold.kernel.strategies.Pruner` registered as ``head-tail``."""
+    """The :class:`ctxfold.kernel.contracts.Pruner` registered as ``head-tail``."""
 
     name = "head-tail"
 

@@ -29,13 +29,14 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ctxfold.kernel.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir
+from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import SessionError, SidecarError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StoreOptions
 from ctxfold.kernel.session_id import validate_session_id
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec
 from ctxfold.kernel.types import Message
-from ctxfold.plugins.stores.jsonl import encode_lines, line_ends, parse_transcript
+from ctxfold.plugins.stores.fs_lines import encode_lines, line_ends, parse_transcript
 
 log = logging.getLogger(__name__)
 
@@ -424,10 +425,10 @@ class FsStore:
             log.info("%s", message)
 
 
-def _create(context: StrategyContext) -> FsStore:
+def _create(context: StrategyContext[StoreOptions]) -> FsStore:
     # ``options["path"]`` overrides [store] path (e.g. a CLI flag). Resolved once, relative
     # to the working directory at creation, so a later chdir does not move the store.
-    path = context.options.get("path") or context.config.store.path
+    path = context.options.path or context.config.store.path
     return FsStore(Path(path).expanduser().absolute())
 
 

@@ -14,15 +14,15 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 
+from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import StrategyContext, StrategySpec, SummaryRequest, SummaryResult
 from ctxfold.kernel.summary import (
     SUMMARY_HEADINGS,
     SUMMARY_INSTRUCTION_MARKER,
-    is_compaction_summary,
+    is_summary_message,
     unwrap_summary,
 )
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
 
 FACTS, GOAL, DECISIONS, FILES, COMMANDS, ERRORS, PENDING = SUMMARY_HEADINGS
 
@@ -297,7 +297,7 @@ def extract_summary(messages: Iterable[Message], max_chars: int) -> str:
     for message in messages:
         if message.local_only:
             continue
-        if is_compaction_summary(message):
+        if is_summary_message(message):
             extractor.previous_summary(message)
         elif message.role == "user" and message.origin == "user":
             extractor.user(message)
@@ -309,7 +309,7 @@ def extract_summary(messages: Iterable[Message], max_chars: int) -> str:
 
 
 class ExtractiveSummarizer:
-    """A :class:`ctxfold.kernel.strategies.Summarizer` that needs no model."""
+    """A :class:`ctxfold.kernel.contracts.Summarizer` that needs no model."""
 
     name = "extractive"
 

@@ -1,6 +1,6 @@
 """The ``llm`` summarizer: one request through the configured provider (SPEC §3.4).
 
-The request is the cache-aligned :class:`~ctxfold.kernel.strategies.SummaryRequest` sent as
+The request is the cache-aligned :class:`~ctxfold.kernel.contracts.SummaryRequest` sent as
 it is, with reasoning effort forced to ``none`` (origin #9613/#9778: reasoning-first models
 spent the whole output cap thinking and returned an empty summary) and ``max_output_tokens``
 set to the summary cap. Exactly one call: no retry, no fallback text; provider errors
@@ -9,19 +9,14 @@ propagate to the engine, which records a failed receipt and installs nothing.
 
 from __future__ import annotations
 
+from ctxfold.kernel.contracts import Provider, StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.strategies import (
-    ChatRequest,
-    Provider,
-    StrategyContext,
-    StrategySpec,
-    SummaryRequest,
-    SummaryResult,
-)
+from ctxfold.kernel.kinds import PROVIDER, SummarizerOptions
+from ctxfold.kernel.types import ChatRequest, SummaryRequest, SummaryResult
 
 
 class LLMSummarizer:
-    """A :class:`ctxfold.kernel.strategies.Summarizer` backed by a :class:`Provider`.
+    """A :class:`ctxfold.kernel.contracts.Summarizer` backed by a :class:`Provider`.
 
     ``model`` empty means the provider's model; ``[summarizer] model`` may name a cheaper one
     (at the price of a cold prefix cache).
@@ -56,13 +51,13 @@ class LLMSummarizer:
         )
 
 
-def _factory(context: StrategyContext) -> LLMSummarizer:
-    # The engine passes its own provider in options["provider"] so the summary shares the
+def _factory(context: StrategyContext[SummarizerOptions]) -> LLMSummarizer:
+    # The engine passes its own provider in options.provider so the summary shares the
     # session's HTTP client and retry policy; otherwise build the configured one.
     config = context.config
-    provider = context.options.get("provider")
+    provider = context.options.provider
     if provider is None:
-        provider = context.registry.create("provider", config.provider.name, context)
+        provider = context.registry.create(PROVIDER, config.provider.name, config=config)
     return LLMSummarizer(provider, model=config.summarizer.model or config.provider.model)
 
 

@@ -1,0 +1,5 @@
+"""Host capabilities the model reaches through the one stable ``use_capability`` tool.
+
+:mod:`ctxfold.capabilities.tool` holds the tool schema and the dispatcher; each capability is
+its own module (``session:tool_result`` pages a bounded tool result).
+"""

@@ -1,0 +1,206 @@
+"""Capability ``session:tool_result``: page through the full text of a bounded tool result.
+
+It reads the full text of a tool result of the current session by UTF-8 byte offset. The
+answer is one JSON header line ``{"result_ref","offset","next_offset","total_bytes","sha256",
+"complete"}``, a newline and the page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxfold.capabilities.arguments import int_arg
+from ctxfold.kernel.errors import ToolResultError
+from ctxfold.kernel.tool_results import result_ref as compute_result_ref
+from ctxfold.kernel.types import Message
+
+#: Default and maximum page size in bytes.
+PAGE_DEFAULT = 16384
+PAGE_MAX = 24576
+
+CAPABILITY_ID = "session:tool_result"
+TOOL_RESULT_CAPABILITY = CAPABILITY_ID
+
+#: Markers of truncation/pruning written by older code, which did not keep ``raw_content``.
+_LEGACY_MARKERS = re.compile(
+    r"\[truncated tool=|\[INCOMPLETE READ|\[\.\.\. tool result middle pruned \.\.\.\]"
+    r"|\[\.\.\. ?(?:truncated|snipped)|\[tool result (?:truncated|snipped|pruned)"
+)
+
+def describe() -> dict[str, Any]:
+    """This capability's entry in ``action="list"``."""
+    return {
+        "id": CAPABILITY_ID,
+        "description": (
+            "Read the full text of a tool result of this session by UTF-8 byte "
+            "offset. Returns one JSON header line {result_ref, offset, next_offset, "
+            "total_bytes, sha256, complete}, a newline, then the page. Continue "
+            "with offset=next_offset until complete is true."
+        ),
+        "arguments": {
+            "type": "object",
+            "properties": {
+                "tool_call_id": {"type": "string"},
+                "result_ref": {
+                    "type": "string",
+                    "description": "required for truncated or duplicate results",
+                },
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": PAGE_MAX,
+                    "default": PAGE_DEFAULT,
+                },
+            },
+            "required": ["tool_call_id"],
+        },
+        "limit_default": PAGE_DEFAULT,
+        "limit_max": PAGE_MAX,
+    }
+
+
+def _is_bounded(message: Message) -> bool:
+    return message.raw_content is not None and message.raw_content != message.content
+
+
+def _body(message: Message) -> str:
+    if message.raw_content is not None and message.raw_content != message.content:
+        return message.raw_content
+    return message.content
+
+
+def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> tuple[Message, str]:
+    """The tool message to page and its result_ref (newest first, SPEC §3.7)."""
+    candidates = [
+        (m, compute_result_ref(tool_call_id, _body(m)))
+        for m in reversed(messages)
+        if m.role == "tool" and m.tool_call_id == tool_call_id
+    ]
+    if not candidates:
+        known = [m.tool_call_id for m in reversed(messages) if m.role == "tool" and m.tool_call_id]
+        hint = f" (newest ids: {', '.join(known[:5])})" if known else ""
+        raise ToolResultError(
+            f"no tool result with tool_call_id={tool_call_id!r} in this session{hint}; "
+            "copy tool_call_id from the truncation marker"
+        )
+    if ref is not None:
+        for message, candidate_ref in candidates:
+            if candidate_ref == ref:
+                return message, candidate_ref
+        refs = ", ".join(dict.fromkeys(r for _, r in candidates))
+        raise ToolResultError(
+            f"result_ref={ref!r} does not match the tool result with "
+            f"tool_call_id={tool_call_id!r}; retry with result_ref={refs}"
+        )
+    distinct = list(dict.fromkeys(r for _, r in candidates))
+    if len(distinct) > 1:
+        raise ToolResultError(
+            f"tool_call_id={tool_call_id!r} is ambiguous ({len(candidates)} results); "
+            f"retry with one of result_ref={', '.join(distinct)}"
+        )
+    message, candidate_ref = candidates[0]
+    if _is_bounded(message):
+        raise ToolResultError(
+            f"tool result {tool_call_id!r} was truncated; retry with "
+            f"result_ref={candidate_ref!r} from its marker"
+        )
+    return message, candidate_ref
+
+
+def read_tool_result(
+    messages: Sequence[Message],
+    *,
+    tool_call_id: str,
+    result_ref: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+) -> str:
+    """One page of a tool result of ``messages`` (the current session's transcript).
+
+    The body is ``raw_content`` for a bounded result, else ``content``. Returns the JSON
+    header line ``{"result_ref","offset","next_offset","total_bytes","sha256","complete"}``
+    (``sha256`` is the hex digest of the full body), ``"\\n"``, then the page: the UTF-8 bytes
+    ``[offset, next_offset)``, where the end is moved back to a character start.
+
+    Raises :class:`ToolResultError` for an unknown or ambiguous call id, a missing or wrong
+    ``result_ref`` on a truncated result, a legacy truncated record without the full text, an
+    offset that is negative, past the end or inside a character, and a limit outside
+    ``1..PAGE_MAX`` or too small for the next character.
+    """
+    if not isinstance(tool_call_id, str) or not tool_call_id:
+        raise ToolResultError("tool_call_id is required: pass the id from the truncation marker")
+    if limit is None:
+        limit = PAGE_DEFAULT
+    if limit <= 0 or limit > PAGE_MAX:
+        raise ToolResultError(
+            f"limit={limit} is out of range for {TOOL_RESULT_CAPABILITY}; "
+            f"use 1..{PAGE_MAX} bytes (default {PAGE_DEFAULT})"
+        )
+    message, ref = _select(messages, tool_call_id, result_ref)
+    if not _is_bounded(message) and _LEGACY_MARKERS.search(message.content):
+        raise ToolResultError(
+            f"tool result {tool_call_id!r}: full result is unavailable for this legacy "
+            "truncated record; re-run the tool with narrower arguments"
+        )
+    data = _body(message).encode()
+    total = len(data)
+    if offset < 0 or offset > total:
+        raise ToolResultError(
+            f"offset={offset} is outside tool result {tool_call_id!r} "
+            f"(total_bytes={total}); use 0..{total}"
+        )
+    if offset < total and (data[offset] & 0xC0) == 0x80:
+        start = offset
+        while start > 0 and (data[start] & 0xC0) == 0x80:
+            start -= 1
+        raise ToolResultError(
+            f"offset={offset} is inside a UTF-8 character of tool result {tool_call_id!r}; "
+            f"use a character start such as {start} (or the previous page's next_offset)"
+        )
+    end = min(offset + limit, total)
+    while end < total and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    if end == offset and offset < total:
+        raise ToolResultError(
+            "limit ends inside the next UTF-8 character; increase limit "
+            f"(limit={limit}, offset={offset}, tool result {tool_call_id!r})"
+        )
+    header = {
+        "result_ref": ref,
+        "offset": offset,
+        "next_offset": end,
+        "total_bytes": total,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "complete": end == total,
+    }
+    return json.dumps(header, separators=(",", ":")) + "\n" + data[offset:end].decode()
+
+
+def call(messages: Sequence[Message], arguments: Mapping[str, Any]) -> str:
+    tool_call_id = arguments.get("tool_call_id")
+    if not isinstance(tool_call_id, str) or not tool_call_id:
+        raise ToolResultError(
+            f"{TOOL_RESULT_CAPABILITY} needs arguments.tool_call_id (a string from the "
+            "truncation marker)"
+        )
+    ref = arguments.get("result_ref")
+    if ref is not None and not isinstance(ref, str):
+        raise ToolResultError(f"argument result_ref={ref!r} must be a string like 'tr-…'")
+    unknown = set(arguments) - {"tool_call_id", "result_ref", "offset", "limit"}
+    if unknown:
+        raise ToolResultError(
+            f"unknown argument(s) {', '.join(sorted(unknown))} for {TOOL_RESULT_CAPABILITY}; "
+            "allowed: tool_call_id, result_ref, offset, limit"
+        )
+    return read_tool_result(
+        messages,
+        tool_call_id=tool_call_id,
+        result_ref=ref or None,
+        offset=int_arg(arguments, "offset", 0) or 0,
+        limit=int_arg(arguments, "limit", None),
+    )

@@ -1,0 +1,43 @@
+"""What the emulator records of each request and what it sends back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ctxfold.emulator.faults import Fault
+
+
+@attrs.frozen
+class RequestRecord:
+    """One request as the emulator saw it.
+
+    ``usage`` is the wire ``usage`` object sent back (``None`` when the request was rejected
+    or hit by a fault before inference); ``fault`` names the injected fault, if any.
+    """
+
+    index: int
+    path: str
+    body: Mapping[str, Any]
+    status: int
+    usage: Mapping[str, Any] | None = None
+    prompt_tokens: int = 0
+    cache_hit_tokens: int = 0
+    completion_tokens: int = 0
+    fault: str | None = None
+
+
+
+@attrs.frozen
+class Outcome:
+    """What to send back: a JSON body, or SSE ``events`` (``stream``); ``fault`` shapes how."""
+
+    status: int
+    json_body: Any = None
+    events: list[str] | None = None
+    headers: dict[str, str] = attrs.field(factory=dict)
+    fault: Fault | None = None
+    record: RequestRecord | None = None
+    stream: bool = False

@@ -1,0 +1,383 @@
+"""The ContextManager: the one object an agent holds per session (SPEC §1–§3).
+
+It composes parts and owns nothing but their wiring: the canonical transcript (append-only,
+kept forever), the committer (sidecar state: projection, receipts, telemetry), the strategies
+the registry selected (:class:`~ctxfold.engine.parts.SessionParts`), the view tracker and the
+runtime latches. ``prepare()`` is the only automatic maintenance — a run of
+:func:`ctxfold.kernel.maintenance.maintain` over a frozen context, whose typed outcome is
+applied here; everything else only reads, appends, or records statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from ctxfold.capabilities.tool import handle_use_capability
+from ctxfold.engine import turn as turns
+from ctxfold.engine.parts import LoadedSession, SessionParts, build_parts, load_session
+from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.kernel import fold, maintenance
+from ctxfold.kernel.codec import check_message
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
+from ctxfold.kernel.errors import ContextLimitError, MessageError
+from ctxfold.kernel.operations import Latches, MaintenanceContext, Outcome, PrepareAction
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.state import CacheState, SidecarState
+from ctxfold.kernel.tool_results import bound_new_message, make_tool_result
+from ctxfold.kernel.types import (
+    ChatResponse,
+    Message,
+    RequestShape,
+    ToolSchema,
+    Trigger,
+    Usage,
+    parse_time,
+)
+from ctxfold.kernel.view import ViewTracker, message_counter, visible_view
+
+COLD_RESUME_NOTICE = "history kept; compaction deferred until context pressure"
+
+
+@attrs.frozen
+class ResumeResult:
+    """The cache-state label of a resumed session (SPEC §3.8)."""
+
+    cache_state: CacheState
+    idle_seconds: float | None
+    notice: str = ""
+
+
+class ContextManager:
+    """Maintains one session's context. Get one with :func:`ctxfold.open_session`."""
+
+    def __init__(self, parts: SessionParts, loaded: LoadedSession) -> None:
+        self._parts = parts
+        self._canonical = loaded.canonical
+        self._committer = loaded.committer
+        self.notices: list[str] = list(loaded.notices)
+        self.config: Config = parts.config
+        self.tools: tuple[ToolSchema, ...] = parts.tools
+        self.configured_window = parts.window
+        self.learned_window: int | None = None
+        self.cache_ttl_minutes = parts.cache_ttl_minutes
+        self.clock = parts.clock
+        self.last_usage: Usage | None = None
+        self.summary_calls = 0
+        self._latches = Latches()
+        self._views = ViewTracker(parts.estimator)
+        self._count = message_counter(parts.estimator)
+        self._lock = threading.RLock()
+        # A turn is one model request: it ends when the assistant's answer is appended.
+        self._turn = sum(1 for m in self._canonical if m.role == "assistant")
+        self._last_shape: RequestShape | None = None
+
+    # -- parts and state ---------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return self._parts.session_id
+
+    @property
+    def store(self) -> Store:
+        return self._parts.store
+
+    @property
+    def estimator(self) -> Estimator:
+        return self._parts.estimator
+
+    @property
+    def pruner(self) -> Pruner:
+        return self._parts.pruner
+
+    @property
+    def summarizer(self) -> Summarizer:
+        return self._parts.summarizer
+
+    @property
+    def canonical(self) -> tuple[Message, ...]:
+        """The canonical transcript (read-only copy)."""
+        return tuple(self._canonical)
+
+    @property
+    def state(self) -> SidecarState:
+        """The current sidecar state."""
+        return self._committer.state
+
+    @property
+    def turn(self) -> int:
+        """Model turns so far (assistant messages in the transcript)."""
+        return self._turn
+
+    @property
+    def window(self) -> int:
+        """Effective context window: min(configured, learned from an overflow error)."""
+        if self.learned_window:
+            return min(self.configured_window, self.learned_window)
+        return self.configured_window
+
+    @property
+    def trigger_tokens(self) -> int:
+        """``floor(window × compact_ratio)``: the one automatic trigger."""
+        return math.floor(self.window * self.config.agent.compact_ratio)
+
+    @property
+    def hard_ceiling(self) -> int:
+        """``window − 256``: above it nothing may be sent."""
+        return self.window - fold.PROTOCOL_RESERVE
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def view(self) -> list[Message]:
+        """Provider-visible messages: projection body + canonical tail, else canonical."""
+        return visible_view(self.state.projection, self._canonical)
+
+    def view_estimate(self) -> tuple[list[Message], int]:
+        """The current view and its admission estimate, in O(new messages) between installs
+        with an incremental estimator. The list is shared: do not mutate it."""
+        return self._views.measure(self.state.projection, self._canonical, self.tools)
+
+    def estimate(self, messages: Sequence[Message] | None = None) -> int:
+        """Admission estimate of ``messages`` (default: the current view) with the tools."""
+        shape = RequestShape(list(self.view() if messages is None else messages), self.tools)
+        return self.estimator.estimate(shape)
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, *messages: Message) -> None:
+        """Append messages to the canonical transcript as one batch (tool results bounded at
+        creation). A malformed message raises :class:`MessageError` and nothing is appended."""
+        for i, message in enumerate(messages):
+            try:
+                check_message(message, where=f"session {self.session_id!r}: append #{i}")
+            except MessageError as exc:
+                raise MessageError(f"{exc}; nothing was appended") from None
+        batch = [bound_new_message(m) for m in messages]
+        with self._lock:
+            self.store.append(self.session_id, batch)
+            self._canonical.extend(batch)
+            self._committer.transcript_version += 1
+            self._turn += sum(1 for m in batch if m.role == "assistant")
+
+    def append_tool_result(self, call_id: str, output: str | bytes, *, tool_name: str) -> Message:
+        """Append one tool result, bounded to 32 KiB with the full text kept locally."""
+        message = make_tool_result(call_id, output, tool_name=tool_name)
+        self.append(message)
+        return message
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    def _maintenance(self, trigger: Trigger, focus: str | None) -> maintenance.Maintenance:
+        view, tokens = self.view_estimate()
+        context = MaintenanceContext(
+            session_id=self.session_id, trigger=trigger, focus=focus, window=self.window,
+            trigger_tokens=self.trigger_tokens, turn=self._turn, latches=self._latches,
+            tools=self.tools, canonical=self._canonical, estimator=self.estimator,
+            pruner=self.pruner, committer=self._committer, count=self._count,
+        )
+        return maintenance.maintain(context, view, tokens)
+
+    def _reread(self) -> list[Message]:
+        """The stored transcript (after another process won a compare-and-swap)."""
+        return self.store.load(self.session_id)
+
+    def _apply(self, outcome: Outcome) -> PreparedRequest:
+        """Take over what a maintenance run ended with, then raise its error if any."""
+        self._latches = outcome.latches
+        self.summary_calls += outcome.summary_calls
+        if outcome.canonical is not None:  # its appends must reach this process's requests
+            self._canonical = list(outcome.canonical)
+            self._views.reset()
+            self._committer.transcript_version += 1
+        projection = self.state.projection
+        prepared = PreparedRequest(
+            messages=tuple(outcome.view), tools=self.tools, tokens=outcome.tokens,
+            projection_version=projection.projection_version if projection else 0,
+            trigger_tokens=self.trigger_tokens, summary_calls=outcome.summary_calls,
+            action=outcome.action, pruned=outcome.pruned,
+        )
+        self._last_shape = RequestShape(prepared.messages, self.tools)
+        if outcome.error is not None:
+            raise outcome.error
+        hooks = self._committer.hooks
+        if hooks is not None and prepared.action is not PrepareAction.NONE:  # below: no event
+            hooks.ctxfold_after_prepare(
+                session_id=self.session_id, messages=prepared.messages, tokens=prepared.tokens
+            )
+        return prepared
+
+    def prepare(self, trigger: Trigger = "pressure", focus: str | None = None) -> PreparedRequest:
+        """Return the request to send, maintaining the context first if it must (SPEC §3.2)."""
+        with self._lock:
+            outcome = maintenance.drive(self._maintenance(trigger, focus),
+                                        self.summarizer.summarize, self._reread)
+            return self._apply(outcome)
+
+    def compact(self, focus: str | None = None) -> PreparedRequest:
+        """Manual checkpoint (``/compact [focus]``)."""
+        return self.prepare("manual", focus)
+
+    def observe_usage(self, usage: Usage) -> bool:
+        """Record provider usage for statistics and calibrate the estimator from it.
+
+        Never writes the sidecar or the transcript. Returns True if calibration accepted it.
+        """
+        self.last_usage = usage
+        self._committer.observe_cache(usage)
+        if self._last_shape is None:
+            return False
+        return self.estimator.calibrate(self._last_shape, usage)
+
+    def set_model(self, model: str) -> None:
+        """Switch model: calibration is a property of the tokenizer, so it is reset."""
+        self.estimator.reset_calibration()
+        self.config = attrs.evolve(
+            self.config, provider=attrs.evolve(self.config.provider, model=model)
+        )
+        # The key is workspace | branch | model (SPEC §3.8): a new model is a new cache.
+        workspace, branch, _old = ([*self.state.prompt_cache_key.split("|"), "", "", ""])[:3]
+        self._committer.state = attrs.evolve(
+            self.state, prompt_cache_key=f"{workspace}|{branch}|{model}"
+        )
+
+    def use_capability(self, arguments: Any) -> str:
+        """Answer a model's ``use_capability`` tool call from this session's own transcript
+        only. Errors come back as text for the model."""
+        return handle_use_capability(self._canonical, arguments)
+
+    def prune_stale_tool_results(self) -> int:
+        """Compatibility no-op (origin §3.4): pruning only happens under pressure. Returns 0."""
+        return 0
+
+    def snip_stale_tool_results(self) -> int:
+        """Compatibility no-op (origin §3.4): snipping is retired. Returns 0."""
+        return 0
+
+    # -- one model turn ----------------------------------------------------------------------
+
+    def _turn_context(self, max_output_tokens: int | None) -> turns.TurnContext:
+        agent = self.config.agent
+        return turns.TurnContext(
+            session_id=self.session_id, model=self.config.provider.model,
+            max_output_tokens=agent.max_output_tokens if max_output_tokens is None
+            else max_output_tokens,
+            effort=agent.effort, cache_key=self.state.prompt_cache_key,
+            window=lambda: self.window, estimate=self.estimate,
+        )
+
+    def _learn(self, step: turns.Learn) -> None:
+        """Learn the window (effective = min(configured, learned)) and calibrate."""
+        if step.window > 0:
+            self.learned_window = min(self.learned_window or step.window, step.window)
+        if step.prompt_tokens > 0:
+            shape = RequestShape(list(step.request.messages), step.request.tools)
+            self.estimator.calibrate(shape, Usage(prompt_tokens=step.prompt_tokens))
+
+    def _before_request(self, provider: Provider, step: turns.Send) -> None:
+        body_of = getattr(provider, "body", None)
+        body = body_of(step.request) if callable(body_of) else {"messages": step.request.messages}
+        hooks = self._committer.hooks
+        if hooks is not None:
+            hooks.ctxfold_before_request(session_id=self.session_id, request=body)
+
+    def complete(self, provider: Provider, *, max_output_tokens: int | None = None) -> ChatResponse:
+        """Prepare, send to ``provider``, recover from overflow (SPEC §3.6), append the reply
+        and observe its usage."""
+        steps = turns.turn(self._turn_context(max_output_tokens))
+        answer: object = None
+        error: ContextLimitError | None = None
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(answer)
+            except StopIteration as stop:
+                response: ChatResponse = stop.value
+                break
+            answer, error = None, None
+            if isinstance(step, turns.Send):
+                self._before_request(provider, step)
+                try:
+                    answer = provider.complete(step.request)
+                except ContextLimitError as exc:
+                    error = exc
+            elif isinstance(step, turns.Prepare):
+                answer = self.prepare(step.trigger)
+            else:
+                self._learn(step)
+        self.append(response.message)
+        self.observe_usage(response.usage)
+        return response
+
+    # -- resume and explicit user operations -------------------------------------------------
+
+    def resume(self, now: float | None = None) -> ResumeResult:
+        """Label the cache warm/cold/unknown; never rewrites, installs or calls the network."""
+        last = self.store.last_activity(self.session_id) if self._canonical else None
+        if last is None and self._canonical:
+            stamp = parse_time(self._canonical[-1].created_at)
+            last = stamp.timestamp() if stamp else None
+        now = self.clock() if now is None else now
+        if last is None:
+            label, idle = CacheState.UNKNOWN, None
+        else:
+            idle = max(0.0, now - last)
+            label = CacheState.COLD if idle >= self.cache_ttl_minutes * 60 else CacheState.WARM
+        notice = COLD_RESUME_NOTICE if label is CacheState.COLD else ""
+        self._committer.record_resume(label)
+        return ResumeResult(cache_state=label, idle_seconds=idle, notice=notice)
+
+    def rewind(self, upto: int) -> None:
+        """Truncate the transcript to its first ``upto`` messages (explicit user operation)."""
+        with self._lock:
+            self.store.rewind(self.session_id, upto)
+            del self._canonical[upto:]
+            self._views.reset()
+            self._committer.after_rewind(self._canonical)
+
+    def fork(self, target_id: str, upto: int | None = None) -> ContextManager:
+        """A new session from a prefix of this one (explicit user operation)."""
+        self.store.fork(self.session_id, target_id, upto)
+        parts = attrs.evolve(self._parts, session_id=target_id)
+        return ContextManager(parts, load_session(parts, create=False))
+
+
+def open_session(
+    session_id: str,
+    *,
+    config: Config | None = None,
+    tools: Sequence[ToolSchema] = (),
+    create: bool = True,
+    registry: Registry | None = None,
+    store_path: str | None = None,
+    store: Store | None = None,
+    estimator: Estimator | None = None,
+    pruner: Pruner | None = None,
+    summarizer: Summarizer | None = None,
+    provider: Provider | None = None,
+    window: int | None = None,
+    cache_ttl_minutes: int | None = None,
+    clock: Callable[[], float] | None = None,
+    workspace: str | None = None,
+) -> ContextManager:
+    """Open (or create) session ``session_id`` with the strategies named in ``config``.
+
+    Every strategy comes from the registry by its name in ``config`` unless passed here
+    (``store``, ``estimator``, ``pruner``, ``summarizer``). ``provider`` is the provider the
+    ``llm`` summarizer talks to (default: the configured one, built on first use). ``window``
+    and ``cache_ttl_minutes`` override the provider's declared values; ``clock`` and
+    ``workspace`` (the first part of the prompt-cache key) are seams for tests and hosts.
+    """
+    built = build_parts(
+        session_id, config=config or Config(), registry=registry, tools=tools,
+        store_path=store_path, store=store, estimator=estimator, pruner=pruner,
+        summarizer=summarizer, provider=provider, window=window,
+        cache_ttl_minutes=cache_ttl_minutes, clock=clock, workspace=workspace,
+    )
+    return ContextManager(built, load_session(built, create=create))
+
+
+__all__ = ["ContextManager", "PreparedRequest", "ResumeResult", "open_session"]

@@ -1,0 +1,174 @@
+"""The parts a session is made of, and loading its transcript and sidecar.
+
+Every strategy comes from the registry by the name in config (or is passed in explicitly,
+which tests and embedding hosts may do); nothing here names a built-in plugin. The provider's
+declared defaults fill in every ``[provider]`` value the config leaves unset, so the window,
+the model in the prompt-cache key and the cache TTL follow the provider that was named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+
+from ctxfold.kernel.commit import Committer
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import Estimator, Provider, Pruner, SidecarCodec, Store, Summarizer
+from ctxfold.kernel.errors import CtxfoldError, SessionError
+from ctxfold.kernel.kinds import (
+    ESTIMATOR,
+    PRUNER,
+    SIDECAR_FORMAT,
+    STORE,
+    SUMMARIZER,
+    StoreOptions,
+    SummarizerOptions,
+)
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.session_id import validate_session_id
+from ctxfold.kernel.sidecar import load_sidecar, save_sidecar
+from ctxfold.kernel.state import SidecarState
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
+
+
+def prompt_cache_key(config: Config, session_id: str, workspace: str | None = None) -> str:
+    """``workspace | branch | model`` — no counts, times or hashes (SPEC §3.8)."""
+    workspace = workspace if workspace is not None else Path(os.getcwd()).name
+    return f"{workspace}|{session_id}|{config.provider.model}"
+
+
+class LazySummarizer:
+    """Builds the configured summarizer on first use, so opening a session never builds a
+    provider client that maintenance may not need."""
+
+    def __init__(self, registry: Registry, config: Config, options: SummarizerOptions) -> None:
+        self._registry = registry
+        self._config = config
+        self._options = options
+        self._built: Summarizer | None = None
+        registry.get(SUMMARIZER, config.summarizer.name)  # unknown names fail at open
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        if self._built is None:
+            self._built = self._registry.create(
+                SUMMARIZER, self._config.summarizer.name, config=self._config,
+                options=self._options,
+            )
+        return self._built.summarize(request)
+
+
+@attrs.frozen
+class SessionParts:
+    """The strategies and settings of one session (shared by its forks)."""
+
+    session_id: str
+    config: Config
+    registry: Registry
+    store: Store
+    codec: SidecarCodec
+    estimator: Estimator
+    pruner: Pruner
+    summarizer: Summarizer
+    tools: tuple[ToolSchema, ...]
+    window: int
+    cache_ttl_minutes: int
+    clock: Callable[[], float]
+    workspace: str | None = None
+
+
+def build_parts(
+    session_id: str,
+    *,
+    config: Config,
+    registry: Registry | None = None,
+    tools: Sequence[ToolSchema] = (),
+    store_path: str | None = None,
+    store: Store | None = None,
+    estimator: Estimator | None = None,
+    pruner: Pruner | None = None,
+    summarizer: Summarizer | None = None,
+    provider: Provider | None = None,
+    window: int | None = None,
+    cache_ttl_minutes: int | None = None,
+    clock: Callable[[], float] | None = None,
+    workspace: str | None = None,
+) -> SessionParts:
+    """Select every strategy of a session. Explicit parts win over the config's names; a
+    passed ``provider`` is the one the ``llm`` summarizer uses and, when the config leaves
+    the cache TTL unset, the one whose TTL labels a resume."""
+    session_id = validate_session_id(session_id)
+    registry = registry or Registry.from_config(config)
+    resolved = registry.resolve_provider(config)
+    own = getattr(provider, "cache_ttl_minutes", 0)  # a provider knows its own cache
+    ttl = cache_ttl_minutes or (
+        own if not config.provider.cache_ttl_minutes and isinstance(own, int) and own > 0
+        else resolved.provider.cache_ttl_minutes
+    )
+    return SessionParts(
+        session_id=session_id,
+        config=resolved,
+        registry=registry,
+        store=store or registry.create(STORE, resolved.store.name, config=resolved,
+                                       options=StoreOptions(path=store_path)),
+        codec=registry.create(SIDECAR_FORMAT, resolved.store.sidecar_format, config=resolved),
+        estimator=estimator or registry.create(ESTIMATOR, resolved.estimator.name,
+                                               config=resolved),
+        pruner=pruner or registry.create(PRUNER, resolved.pruner.name, config=resolved),
+        summarizer=summarizer or LazySummarizer(registry, resolved,
+                                                SummarizerOptions(provider=provider)),
+        tools=tuple(tools),
+        window=window or resolved.provider.context_window,
+        cache_ttl_minutes=ttl,
+        clock=clock or time.time,
+        workspace=workspace,
+    )
+
+
+@attrs.frozen
+class LoadedSession:
+    """A session's transcript, its sidecar state (owned by the committer) and the notices
+    loading produced (a sidecar set aside, a projection dropped)."""
+
+    canonical: list[Message]
+    committer: Committer
+    notices: tuple[str, ...]
+
+
+def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
+    """Load (or create) the session's transcript and sidecar."""
+    store, codec, session_id = parts.store, parts.codec, parts.session_id
+    if not store.exists(session_id):
+        if not create:
+            raise SessionError(f"session {session_id!r} does not exist in the store")
+        store.create(session_id)
+    canonical = store.load(session_id)
+    state, notices = load_sidecar(store, codec, session_id, canonical)
+    if not state.prompt_cache_key:
+        key = prompt_cache_key(parts.config, session_id, parts.workspace)
+        state = attrs.evolve(state, prompt_cache_key=key)
+
+    def reload() -> SidecarState | None:
+        try:
+            raw = store.read_sidecar(session_id)
+            if raw is None:
+                return None
+            return codec.decode(json.loads(raw))
+        except (CtxfoldError, OSError, ValueError, TypeError, KeyError):
+            return None
+
+    committer = Committer(
+        state,
+        save=lambda st: save_sidecar(store, codec, session_id, st),
+        reload=reload,
+        hooks=parts.registry.pm.hook,
+        session_id=session_id,
+    )
+    return LoadedSession(canonical=list(canonical), committer=committer, notices=tuple(notices))
+
+
+__all__ = ["LoadedSession", "SessionParts", "build_parts", "load_session"]

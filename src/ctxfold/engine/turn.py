@@ -1,0 +1,131 @@
+"""One model turn with context-overflow recovery (SPEC §3.6, invariant 10).
+
+Budget per request: at most one prune, one summary and one retry of the original request.
+If the provider's overflow error leaves room for output, the retry clips the output budget;
+otherwise one ``prepare(trigger="overflow")`` must advance the projection version before the
+single retry. A partial assistant message from a broken stream is never recorded.
+
+:func:`turn` is a generator, so the sync and async faces of the engine share this logic: it
+yields :class:`Send` (and is sent the :class:`~ctxfold.kernel.types.ChatResponse`, or has the
+:class:`~ctxfold.ContextLimitError` thrown in), :class:`Prepare` (sent the prepared request) and
+:class:`Learn` (nothing sent back), and returns the response to append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+
+import attrs
+
+from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError
+from ctxfold.kernel.fold import PROTOCOL_RESERVE
+from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, Trigger
+
+#: Output room that must remain for a clip-and-retry to make sense (origin §3.10).
+OUTPUT_RESERVE = 8192
+
+
+@attrs.frozen
+class Send:
+    """Send ``request`` to the provider."""
+
+    request: ChatRequest
+
+
+@attrs.frozen
+class Prepare:
+    """Run ``prepare(trigger)`` and send back the prepared request."""
+
+    trigger: Trigger
+
+
+@attrs.frozen
+class Learn:
+    """The provider's overflow error taught something: the effective window is at most
+    ``window`` (0: unchanged); calibrate from ``prompt_tokens`` for ``request`` (0: none)."""
+
+    window: int
+    prompt_tokens: int
+    request: ChatRequest
+
+
+@attrs.frozen
+class TurnContext:
+    """What a turn starts from. ``window`` reads the effective window now (it shrinks when
+    an overflow teaches one); ``estimate`` is the admission estimate of a message list."""
+
+    session_id: str
+    model: str
+    max_output_tokens: int
+    effort: str
+    cache_key: str
+    window: Callable[[], int]
+    estimate: Callable[[Sequence[Message]], int]
+
+
+def room(window: int, prompt_tokens: int) -> int:
+    """Output room the window leaves after the prompt and the protocol reserve (≥ 1)."""
+    return max(1, window - prompt_tokens - PROTOCOL_RESERVE)
+
+
+TurnSteps = Generator["Send | Prepare | Learn", object, ChatResponse]
+
+
+def turn(ctx: TurnContext) -> TurnSteps:
+    """Prepare, send, recover from one overflow; return the response to append."""
+    prepared = yield Prepare("pressure")
+    assert isinstance(prepared, PreparedRequest)
+    request = ChatRequest(
+        messages=prepared.messages,
+        tools=prepared.tools,
+        model=ctx.model,
+        max_output_tokens=ctx.max_output_tokens,
+        effort=ctx.effort,
+        cache_key=ctx.cache_key,
+        output_room=room(ctx.window(), prepared.tokens),
+    )
+    retried = False
+    while True:
+        try:
+            response = yield Send(request)
+        except ContextLimitError as exc:
+            if retried:
+                raise CompactionRequiredError(
+                    f"session {ctx.session_id!r}: the provider still reports a context overflow "
+                    f"after one recovery retry ({exc})"
+                ) from exc
+            retried = True
+            yield Learn(window=learned_window(ctx, request, exc), prompt_tokens=exc.prompt,
+                        request=request)
+            left = (exc.window or ctx.window()) - exc.prompt - OUTPUT_RESERVE if exc.prompt else 0
+            if left > 0:
+                request = attrs.evolve(request, max_output_tokens=left)
+                continue
+            version = prepared.projection_version
+            prepared = yield Prepare("overflow")
+            assert isinstance(prepared, PreparedRequest)
+            if prepared.projection_version <= version:
+                raise CompactionRequiredError(
+                    f"session {ctx.session_id!r}: context overflow ({exc}) and the overflow "
+                    "checkpoint did not advance the projection; nothing was retried"
+                ) from exc
+            request = attrs.evolve(request, messages=prepared.messages,
+                                   output_room=room(ctx.window(), prepared.tokens))
+            continue
+        assert isinstance(response, ChatResponse)
+        return response
+
+
+def learned_window(ctx: TurnContext, request: ChatRequest, exc: ContextLimitError) -> int:
+    """The window an overflow error proves (0 when it proves nothing new).
+
+    A body without numbers (OpenAI's ``context_length_exceeded``) still proves that the
+    window is below this request: the request's own estimate becomes the learned window, so
+    the overflow checkpoint folds below it instead of finding nothing to do.
+    """
+    if exc.window > 0:
+        return exc.window
+    if exc.prompt <= 0:
+        return ctx.estimate(request.messages)
+    return 0

@@ -1,0 +1,132 @@
+"""Building one checkpoint: the summary request of a planned fold and the candidate view.
+
+Pure functions over the view (no I/O, no plugins): :func:`summary_request` chooses the fold
+end whose cache-aligned summary request fits the window (SPEC §3.3: the largest safe prefix;
+when even the smallest fold holds a message too large for any request, the region's largest
+messages are clipped in the request — canonical keeps them); :func:`candidate` builds the new
+projection body and the view it would give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from ctxfold.kernel import fold
+from ctxfold.kernel.contracts import Estimator
+from ctxfold.kernel.state import Projection
+from ctxfold.kernel.summary import build_summary_request, summary_output_cap, wrap_summary
+from ctxfold.kernel.types import Message, RequestShape, SummaryRequest, ToolSchema
+from ctxfold.kernel.view import visible_view
+
+
+@attrs.frozen
+class PlannedRequest:
+    """The fold to make (``plan``) and the summary request that makes it."""
+
+    plan: fold.FoldPlan
+    request: SummaryRequest
+
+
+def summary_limit(window: int) -> int:
+    """The most tokens a summary request may hold: the window minus the summary output cap
+    and the protocol reserve."""
+    return window - summary_output_cap(window) - fold.PROTOCOL_RESERVE
+
+
+def summary_request(
+    view: Sequence[Message],
+    plan: fold.FoldPlan,
+    *,
+    tools: Sequence[ToolSchema],
+    window: int,
+    focus: str | None,
+    cache_key: str,
+    estimator: Estimator,
+    count: Callable[[Message], int],
+) -> PlannedRequest | None:
+    """The summary request for ``plan`` that fits :func:`summary_limit`, with the fold end
+    moved back when the whole region does not fit; ``None`` when no request can fit.
+
+    The request replays the view from its start (pinned head included) so that it is a
+    byte-prefix of the requests already sent and hits the provider's cache.
+    """
+    system = view[0] if view and view[0].role == "system" else None
+    start = 1 if system is not None else 0
+    limit = summary_limit(window)
+
+    def request_for(end: int) -> SummaryRequest:
+        request = build_summary_request(system, view[start:end], tools, window=window,
+                                        focus=focus)
+        return attrs.evolve(request, cache_key=cache_key)
+
+    def fits(end: int) -> bool:
+        req = request_for(end)
+        return estimator.estimate(RequestShape(list(req.messages), req.tools)) <= limit
+
+    if fits(plan.end):
+        return PlannedRequest(plan, request_for(plan.end))
+    safe = fold.largest_safe_end(fold.balanced_ends(view, plan), fits)
+    if safe is not None and sum(count(m) for m in view[plan.head : safe]) < fold.MIN_FOLD_TOKENS:
+        safe = None  # folding so little cannot free anything; clip instead
+    if safe is not None:
+        return PlannedRequest(attrs.evolve(plan, end=safe), request_for(safe))
+    # Even the smallest fold holds a message too large for any summary request (e.g. a
+    # 55k-token assistant message in a 64k window): summarize the whole region with its
+    # largest messages clipped. The request then misses the cache once; the alternative is
+    # failing the session.
+    clipped = clipped_request(request_for(plan.end), limit, estimator)
+    return PlannedRequest(plan, clipped) if clipped is not None else None
+
+
+def clipped_request(
+    request: SummaryRequest, limit: int, estimator: Estimator
+) -> SummaryRequest | None:
+    """``request`` with its largest region messages clipped until it fits ``limit``."""
+    messages = list(request.messages)
+    # Never clip the system message or the final instruction.
+    editable = range(1 if messages and messages[0].role == "system" else 0, len(messages) - 1)
+    for _ in range(32):
+        total = estimator.estimate(RequestShape(messages, request.tools))
+        if total <= limit:
+            return attrs.evolve(request, messages=tuple(messages))
+        i = max(editable, key=lambda k: len(messages[k].content), default=None)
+        if i is None or len(messages[i].content) < 2 * fold.CLIP_MIN_CHARS:
+            return None
+        excess = total - limit
+        keep = max(fold.CLIP_MIN_CHARS, len(messages[i].content) // 2 - excess * 2)
+        messages[i] = attrs.evolve(
+            messages[i], content=fold.clip_text(messages[i].content, keep), raw_content=None,
+        )
+    return None
+
+
+@attrs.frozen
+class Candidate:
+    """A checkpoint ready to install: its body, coverage and the view it gives."""
+
+    body: list[Message]
+    covered_count: int
+    view: list[Message]
+
+
+def candidate(
+    view: Sequence[Message],
+    plan: fold.FoldPlan,
+    text: str,
+    *,
+    projection: Projection | None,
+    canonical: Sequence[Message],
+) -> Candidate:
+    """The projection that replaces ``view[plan.head:plan.end]`` with the summary ``text``."""
+    body, covered = fold.fold_body(
+        view,
+        plan,
+        wrap_summary(text),
+        body_len=len(projection.messages) if projection else 0,
+        covered_count=projection.covered_count if projection else 0,
+        canonical=canonical,
+    )
+    new_view = visible_view(Projection(messages=tuple(body), covered_count=covered), canonical)
+    return Candidate(body=body, covered_count=covered, view=new_view)

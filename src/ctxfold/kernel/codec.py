@@ -1,0 +1,139 @@
+"""All (un)structuring of ctxfold's value objects, in one place.
+
+:data:`converter` is the one strict ``cattrs`` converter: it turns value objects into
+JSON-ready dicts and back (transcript lines, sidecar bodies). Fields equal to their default
+are omitted on the way out, so files stay small and adding a field later does not change
+existing bytes. Structuring is strict about primitive types: a transcript line with
+``"local_only": "no"`` is corrupt, not ``True``. :func:`check_message` applies the same rules
+to a message before it is appended, so nothing enters a transcript that could not be read
+back. (OpenAI-format interop is :mod:`ctxfold.interop`.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+
+from ctxfold.kernel.errors import MessageError
+from ctxfold.kernel.state import (
+    CacheState,
+    Projection,
+    Receipt,
+    ReceiptAction,
+    ReceiptStatus,
+    SidecarState,
+    TelemetryRecord,
+)
+from ctxfold.kernel.types import Message, ToolCall, ToolSchema, Usage
+
+
+def _type_error(kind: type, value: Any) -> Exception:
+    return TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r:.40}")
+
+
+def strict_primitives(
+    conv: cattrs.Converter, error: Callable[[type, Any], Exception] = _type_error
+) -> cattrs.Converter:
+    """Register the strict primitive rules on ``conv``: a ``str``, ``bool`` or ``int`` field
+    takes exactly that type (``bool`` is never an ``int``), a ``float`` field any number but a
+    ``bool``. ``error(kind, value)`` builds the exception (the config loader's names the
+    key). Every converter in ctxfold structures through these rules."""
+
+    def exact(kind: type) -> Callable[[Any, Any], Any]:
+        def structure(value: Any, _type: Any) -> Any:
+            if type(value) is not kind:
+                raise error(kind, value)
+            return value
+
+        return structure
+
+    def number(value: Any, _type: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise error(float, value)
+        return float(value)
+
+    for kind in (str, bool, int):
+        conv.register_structure_hook(kind, exact(kind))
+    conv.register_structure_hook(float, number)
+    return conv
+
+
+def _make_converter() -> cattrs.Converter:
+    # Strict primitives: a transcript line with "local_only": "no" is corrupt, not True.
+    conv = strict_primitives(cattrs.Converter(forbid_extra_keys=False))
+    conv.register_structure_hook(CacheState, lambda v, _t: CacheState.coerce(v))
+    conv.register_structure_hook(ReceiptStatus, lambda v, _t: ReceiptStatus(v))
+    conv.register_structure_hook(ReceiptAction, lambda v, _t: ReceiptAction(v))
+    # Generated after the primitive and enum hooks, so the generated code uses them.
+    for cls in (
+        Message,
+        ToolCall,
+        Usage,
+        Projection,
+        Receipt,
+        TelemetryRecord,
+        SidecarState,
+        ToolSchema,
+    ):
+        conv.register_unstructure_hook(
+            cls, make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True)
+        )
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv))
+    return conv
+
+
+#: The converter for every ctxfold value object.
+converter = _make_converter()
+
+
+_OPTIONAL_TEXT = ("raw_content", "tool_call_id", "name", "reasoning_content")
+
+
+def check_message(message: Message, *, where: str = "message") -> Message:
+    """Check field types the way transcript loading will (strict), so nothing is appended
+    that the session could not read back. Raises :class:`MessageError` naming the field."""
+    if message.role not in ("system", "user", "assistant", "tool"):
+        raise MessageError(f"{where}: role {message.role!r} is not system/user/assistant/tool")
+    if not isinstance(message.content, str):
+        raise MessageError(f"{where}: content must be a string, got "
+                           f"{type(message.content).__name__}")
+    for field in _OPTIONAL_TEXT:
+        value = getattr(message, field)
+        if value is not None and not isinstance(value, str):
+            raise MessageError(f"{where}: {field} must be a string or absent, got "
+                               f"{type(value).__name__} {value!r:.40}")
+    for field in ("local_only", "partial"):
+        if not isinstance(getattr(message, field), bool):
+            raise MessageError(f"{where}: {field} must be true or false")
+    if message.origin not in ("user", "host"):
+        raise MessageError(f"{where}: origin {message.origin!r} is not user/host")
+    if not isinstance(message.created_at, str) or not isinstance(message.id, str):
+        raise MessageError(f"{where}: created_at and id must be strings")
+    for i, call in enumerate(message.tool_calls):
+        if not isinstance(call, ToolCall) or not all(
+            isinstance(v, str) for v in (call.id, call.name, call.arguments)
+        ):
+            raise MessageError(f"{where}: tool_calls[{i}] needs string id, name and arguments")
+    return message
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    """Unstructure a message for a transcript line (defaults omitted)."""
+    data: dict[str, Any] = converter.unstructure(message)
+    return data
+
+
+def message_from_dict(data: Mapping[str, Any]) -> Message:
+    """Structure a transcript line into a message; raises ``cattrs`` errors on bad data."""
+    return converter.structure(dict(data), Message)
+
+
+def dumps_message(message: Message) -> str:
+    """One compact JSON line (no newline) for ``message``; non-ASCII kept as UTF-8."""
+    return json.dumps(message_to_dict(message), ensure_ascii=False, separators=(",", ":"))
+
+

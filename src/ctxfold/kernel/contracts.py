@@ -1,0 +1,353 @@
+"""Every plugin contract in one place: the protocol each kind of strategy implements.
+
+A plugin *registers* strategies by returning :class:`StrategySpec` descriptors from a
+registration hook (:mod:`ctxfold.kernel.hookspecs`); the kernel *selects* one by the name in
+config and calls its ``factory`` with a :class:`StrategyContext`. The table of kinds (hook,
+protocol, typed options) is :data:`ctxfold.kernel.kinds.KINDS`. Descriptors are small and
+frozen; heavy imports happen inside the factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import attrs
+
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.state import SidecarState
+from ctxfold.kernel.types import (
+    ChatRequest,
+    ChatResponse,
+    ImportedSession,
+    Message,
+    PolicyRequest,
+    RequestShape,
+    SseEvent,
+    SummaryRequest,
+    SummaryResult,
+    TextStats,
+    Usage,
+)
+
+# -- estimator ---------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Estimator(Protocol):
+    """Counts the tokens of a whole request shape (SPEC §3.1).
+
+    Implementations must be incremental: per-message counts are cached by fingerprint so
+    estimating turn n+1 does not re-tokenize turns 1..n.
+    """
+
+    name: str
+
+    def estimate(self, shape: RequestShape) -> int:
+        """Return the (calibrated) admission estimate of ``shape`` in tokens."""
+        ...
+
+    def calibrate(self, shape: RequestShape, usage: Usage) -> bool:
+        """Learn from the provider's prompt tokens for exactly ``shape``; True if accepted."""
+        ...
+
+    def reset_calibration(self) -> None:
+        """Forget calibration (model change)."""
+        ...
+
+
+@runtime_checkable
+class IncrementalEstimator(Estimator, Protocol):
+    """An estimator that exposes raw per-message statistics, so the engine extends the
+    previous view's sum by the appended messages only (O(new messages) per turn).
+
+    ``scale(shape_stats(s))`` must equal ``estimate(s)``; ``count_message`` is the calibrated
+    count of one message without request overheads (used to size the tail).
+    """
+
+    def message_stats(self, message: Message) -> TextStats:
+        """Raw statistics of one message (cached; zero for ``local_only`` messages)."""
+        ...
+
+    def shape_stats(self, shape: RequestShape) -> TextStats:
+        """Raw statistics of a whole request shape, overheads included."""
+        ...
+
+    def scale(self, stats: TextStats) -> int:
+        """Apply the calibration to raw statistics."""
+        ...
+
+    def count_message(self, message: Message) -> int:
+        """Calibrated planning count of one message."""
+        ...
+
+
+# -- pruner, summarizer, store, sidecar format ----------------------------------------------
+
+
+@runtime_checkable
+class Pruner(Protocol):
+    """Shrinks oversized tool results of a view; returns ``None`` when nothing changed."""
+
+    def prune(self, view: Sequence[Message]) -> tuple[list[Message], int] | None:
+        """Return (pruned view, number of tool results pruned) or ``None``."""
+        ...
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Produces the structured summary of a fold region in exactly one call, never retried."""
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Summarize ``request``; raise a :class:`~ctxfold.CtxfoldError` on failure."""
+        ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable storage of canonical transcripts and sidecars.
+
+    ``append`` lands a batch whole or not at all; ``write_sidecar`` is atomic; session ids
+    are validated before any storage location is derived from them.
+    """
+
+    def exists(self, session_id: str) -> bool: ...
+
+    def create(self, session_id: str) -> None: ...
+
+    def load(self, session_id: str) -> list[Message]: ...
+
+    def append(self, session_id: str, messages: Sequence[Message]) -> None: ...
+
+    def read_sidecar(self, session_id: str) -> bytes | None: ...
+
+    def write_sidecar(self, session_id: str, data: bytes) -> None: ...
+
+    def discard_sidecar(self, session_id: str, reason: str) -> None: ...
+
+    def last_activity(self, session_id: str) -> float | None: ...
+
+    def list_sessions(self) -> list[str]: ...
+
+    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None: ...
+
+    def rewind(self, session_id: str, upto: int) -> None: ...
+
+    def delete(self, session_id: str) -> None: ...
+
+
+@runtime_checkable
+class SidecarCodec(Protocol):
+    """Decodes every historic sidecar form it knows; encodes the current one."""
+
+    def decode(self, data: Mapping[str, Any]) -> SidecarState:
+        """Decode a sidecar document; :class:`~ctxfold.SidecarError` if invalid,
+        :class:`~ctxfold.kernel.errors.SidecarVersionError` if newer than the codec."""
+        ...
+
+    def encode(self, state: SidecarState) -> dict[str, Any]:
+        """The current-schema JSON document of ``state``."""
+        ...
+
+
+# -- provider ----------------------------------------------------------------------------------
+
+
+#: Tokens a provider spends on output when a request leaves the budget to it, by effort.
+OutputBudget = Callable[[str], int]
+
+
+def _no_budget(_effort: str) -> int:
+    return 0
+
+
+@attrs.frozen(kw_only=True)
+class ProviderDefaults:
+    """What a provider declares for settings ``[provider]`` leaves unset.
+
+    ``output_budget(effort)`` is the output the provider uses when ``max_output_tokens`` is
+    0; with ``omit_output_field`` the request omits the field unless the window leaves less
+    room than that budget (DeepSeek), otherwise the budget is always sent (a ladder).
+    ``parse_overflow(status, body)`` recognises a context-overflow error body (``None``: the
+    transport's generic parser). ``request_id_headers`` are read, in order, for error
+    messages and receipts.
+    """
+
+    model: str
+    context_window: int
+    cache_ttl_minutes: int = 24 * 60
+    base_url: str = ""
+    api_key_env: str = ""
+    output_budget: OutputBudget = _no_budget
+    omit_output_field: bool = False
+    parse_overflow: Callable[[int, str], Any] | None = None
+    request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model endpoint. Plugins translate; the transport package owns HTTP."""
+
+    name: str
+    context_window: int
+    cache_ttl_minutes: int
+    supports_native_compaction: bool
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        """Send ``request`` and return the assembled response; raise a ProviderError."""
+        ...
+
+
+class StreamAssembler(Protocol):
+    """Accumulates one streamed response. Raise a ProviderError for in-stream errors."""
+
+    def feed(self, event: SseEvent) -> bool:
+        """Consume one event; return True when the stream is complete (stop reading)."""
+        ...
+
+    def partial(self) -> Message | None:
+        """What has arrived so far as a ``partial=True`` assistant message (None if nothing)."""
+        ...
+
+    def finish(self, request_id: str) -> ChatResponse:
+        """The complete response after the stream ended; raise ProviderConnectionError if the
+        stream ended before its terminal event."""
+        ...
+
+
+@runtime_checkable
+class Translator(Protocol):
+    """What a provider plugin writes: the request body out, the response in."""
+
+    name: str
+    #: Path appended to the base URL, e.g. ``/chat/completions``.
+    path: str
+
+    def build_body(self, request: ChatRequest, *, model: str) -> dict[str, Any]:
+        """The JSON body for ``request``. Deterministic, messages before anything that varies."""
+        ...
+
+    def parse_response(self, data: Any, request_id: str) -> ChatResponse:
+        """Parse a non-streaming JSON answer; raise ProviderResponseError when malformed."""
+        ...
+
+    def new_stream(self) -> StreamAssembler:
+        """A fresh assembler for one streamed response."""
+        ...
+
+
+# -- config migration, importer, policy --------------------------------------------------------
+
+
+@runtime_checkable
+class ConfigMigration(Protocol):
+    """Normalises retired keys on load and names them for ``ctxfold config migrate``."""
+
+    #: ``(table, key names)``: the retired keys, e.g. ``("agent", ("soft_compact_ratio", ...))``.
+    keys: tuple[str, tuple[str, ...]]
+
+    def normalize(self, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Return ``raw`` with retired keys zeroed and the dotted names of those found."""
+        ...
+
+
+@runtime_checkable
+class Importer(Protocol):
+    """Reads one agent system's transcript format. Optional ``priority: int`` orders
+    auto-detection (lower first). ``sniff`` is cheap and never raises for other formats;
+    ``load`` raises :class:`~ctxfold.kernel.errors.ImporterError` naming file and position."""
+
+    name: str
+
+    def sniff(self, path: Path) -> bool:
+        """True when ``path`` looks like this format."""
+        ...
+
+    def load(self, path: Path) -> ImportedSession:
+        """Read ``path`` into an :class:`~ctxfold.kernel.types.ImportedSession`."""
+        ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A context-maintenance policy under replay."""
+
+    name: str
+
+    def observe(self, message: Message) -> None:
+        """Take the next canonical message of the session."""
+        ...
+
+    def request(self) -> PolicyRequest:
+        """The request to send now; raise PolicyFailedError when nothing fits."""
+        ...
+
+    def canonical(self) -> tuple[Message, ...] | None:
+        """The canonical transcript the policy keeps, ``None`` if it keeps none of its own."""
+        ...
+
+
+# -- what factories receive --------------------------------------------------------------------
+
+
+OptionsT = TypeVar("OptionsT")
+P = TypeVar("P")
+
+
+class Strategies(Protocol):
+    """What a factory may ask of the registry: build another strategy by kind and name
+    (implemented by :class:`ctxfold.kernel.registry.Registry`)."""
+
+    def create(
+        self, kind: StrategyKind[P], name: str, *, config: Config, options: object | None = None
+    ) -> P:
+        """Build strategy ``name`` of ``kind``; unknown names fail listing the choices."""
+        ...
+
+    def provider_defaults(self, config: Config, name: str | None = None) -> ProviderDefaults:
+        """What provider ``name`` (default ``[provider] name``) declares."""
+        ...
+
+
+@attrs.frozen
+class StrategyContext(Generic[OptionsT]):
+    """What a factory gets: the effective config, the registry (to build other strategies)
+    and the options of its kind."""
+
+    config: Config
+    registry: Strategies
+    options: OptionsT
+
+
+@attrs.frozen
+class StrategySpec:
+    """A named strategy registered by a plugin.
+
+    ``factory(context)`` builds the strategy object, which must satisfy the protocol of
+    ``kind`` (see :data:`KINDS`). ``defaults`` (providers only) declares the provider's
+    defaults: a :class:`ProviderDefaults`, or a function of the config for a provider whose
+    defaults follow another setting. ``source`` is filled in by the registry.
+    """
+
+    kind: str
+    name: str
+    factory: Callable[[StrategyContext[Any]], Any]
+    description: str = ""
+    source: str = ""
+    defaults: ProviderDefaults | Callable[[Config], ProviderDefaults] | None = None
+
+
+@attrs.frozen
+class StrategyKind(Generic[P]):
+    """One strategy kind: its name, its registration hook, the protocol its factories
+    return and the type of the options they receive (the table is
+    :data:`ctxfold.kernel.kinds.KINDS`)."""
+
+    name: str
+    hook: str
+    protocol: Any
+    options: type[Any]
+
+

@@ -1,0 +1,128 @@
+"""The strategy kinds: one table of hook, protocol and typed factory options per kind.
+
+Each factory receives the options of its kind (:class:`StrategyContext.options
+<ctxfold.kernel.contracts.StrategyContext>`); the options are frozen ``attrs`` classes, so a
+misspelt option is an error, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ctxfold.kernel.contracts import (
+    ConfigMigration,
+    Estimator,
+    Importer,
+    Policy,
+    Provider,
+    Pruner,
+    SidecarCodec,
+    Store,
+    StrategyKind,
+    Summarizer,
+)
+from ctxfold.kernel.types import ToolSchema
+
+
+@attrs.frozen(kw_only=True)
+class NoOptions:
+    """Options of kinds whose factories take none (pruner, sidecar format, config
+    migration)."""
+
+
+@attrs.frozen(kw_only=True)
+class EstimatorOptions:
+    """``encoding`` names a tokenizer's encoding (empty: the estimator's own default)."""
+
+    encoding: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class StoreOptions:
+    """``path`` overrides ``[store] path`` (a CLI flag, a replay's scratch directory)."""
+
+    path: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ProviderOptions:
+    """Seams and overrides for a provider factory. ``plugin`` carries a provider's own typed
+    options (e.g. :class:`ctxfold.emulator.EmulatorOptions`); a provider that gets options of a
+    type it does not know raises :class:`~ctxfold.PluginError`."""
+
+    base_url: str = ""
+    api_key: str | None = None
+    transport: Any = None
+    async_transport: Any = None
+    sleep: Callable[[float], None] | None = None
+    clock: Callable[[], float] | None = None
+    on_request: Callable[[Mapping[str, Any]], None] | None = None
+    idle_timeout: float | None = None
+    total_timeout: float | None = None
+    max_retries: int | None = None
+    plugin: object | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SummarizerOptions:
+    """``provider``: the session's own provider, so an ``llm`` summary shares its client."""
+
+    provider: Provider | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ImporterOptions:
+    """``exit_message``: what ``mini-swe-agent-v2`` makes of its final exit message
+    (``tool``: a tool result; ``drop``: left out)."""
+
+    exit_message: str = "tool"
+
+
+@attrs.frozen(kw_only=True)
+class PolicyOptions:
+    """What every replay policy gets: the session's tools, the window, the trigger ratio, the
+    shared estimator and summarizer, a private scratch directory and the session name.
+    ``constants`` tune a policy's named constants (tests); an unknown name is an error."""
+
+    tools: tuple[ToolSchema, ...]
+    window: int
+    compact_ratio: float
+    estimator: Estimator
+    summarizer: Summarizer
+    workdir: Path
+    session_name: str = "session"
+    constants: Mapping[str, float] = attrs.field(factory=dict)
+
+    @property
+    def trigger(self) -> int:
+        """``floor(window × compact_ratio)`` — ctxfold's trigger, also truncate-oldest's."""
+        return math.floor(self.window * self.compact_ratio)
+
+
+ESTIMATOR: StrategyKind[Estimator] = StrategyKind(
+    "estimator", "ctxfold_estimators", Estimator, EstimatorOptions)
+PRUNER: StrategyKind[Pruner] = StrategyKind("pruner", "ctxfold_pruners", Pruner, NoOptions)
+SUMMARIZER: StrategyKind[Summarizer] = StrategyKind(
+    "summarizer", "ctxfold_summarizers", Summarizer, SummarizerOptions)
+STORE: StrategyKind[Store] = StrategyKind("store", "ctxfold_stores", Store, StoreOptions)
+PROVIDER: StrategyKind[Provider] = StrategyKind(
+    "provider", "ctxfold_providers", Provider, ProviderOptions)
+SIDECAR_FORMAT: StrategyKind[SidecarCodec] = StrategyKind(
+    "sidecar_format", "ctxfold_sidecar_formats", SidecarCodec, NoOptions)
+CONFIG_MIGRATION: StrategyKind[ConfigMigration] = StrategyKind(
+    "config_migration", "ctxfold_config_migrations", ConfigMigration, NoOptions)
+IMPORTER: StrategyKind[Importer] = StrategyKind(
+    "importer", "ctxfold_importers", Importer, ImporterOptions)
+POLICY: StrategyKind[Policy] = StrategyKind("policy", "ctxfold_policies", Policy, PolicyOptions)
+
+#: Every strategy kind, in registration order: the one table the registry walks.
+KINDS: tuple[StrategyKind[Any], ...] = (
+    ESTIMATOR, PRUNER, SUMMARIZER, STORE, PROVIDER, SIDECAR_FORMAT, CONFIG_MIGRATION,
+    IMPORTER, POLICY,
+)
+KIND_BY_NAME: dict[str, StrategyKind[Any]] = {kind.name: kind for kind in KINDS}

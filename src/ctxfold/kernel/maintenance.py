@@ -1,0 +1,153 @@
+"""``prepare()``'s decisions: prune first, then at most N summary folds, each CAS-committed.
+
+SPEC §3.2. Below the trigger nothing is written: no projection, no sidecar write, no summary
+call, no event. Above it, oversized tool results are pruned first; if that does not clear the
+pressure, the fold region is summarized into one checkpoint. Every outcome leaves a receipt.
+
+:func:`maintain` is a generator over a frozen :class:`MaintenanceContext`: it yields a
+:class:`~ctxfold.kernel.types.SummaryRequest` whenever it needs a summary (and is sent the
+:class:`~ctxfold.kernel.types.SummaryResult`, or has the summarizer's error thrown in) and a
+:data:`RESYNC` when a lost compare-and-swap means the transcript must be re-read (and is sent
+the current canonical messages). It returns an :class:`Outcome`. :func:`drive` and
+:func:`adrive` run it against a sync or an async summarizer, so both faces share one logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+
+from ctxfold.kernel.errors import CompactionRequiredError, CtxfoldError
+from ctxfold.kernel.operations import (
+    ABOVE_TRIGGER,
+    RESYNC,
+    FoldResult,
+    Maintenance,
+    MaintenanceContext,
+    Outcome,
+    Run,
+)
+from ctxfold.kernel.state import ReceiptAction, ReceiptStatus
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, Trigger
+
+#: Summary attempts per prepare: 2 under pressure, 1 on overflow, 1 manual (4 manual above
+#: the hard ceiling).
+MAX_SUMMARIES: dict[Trigger, int] = {"pressure": 2, "overflow": 1, "manual": 1}
+MANUAL_RESCUE_SUMMARIES = 4
+
+def _skip(ctx: MaintenanceContext, run: Run) -> bool:
+    """Pressure above the trigger but below the hard ceiling is not retried for a view that
+    already failed or stuck in this generation, nor twice in one turn after a failure."""
+    if run.tokens >= ctx.hard_ceiling:
+        return False
+    view_hash = run.input_hash()
+    last = ctx.committer.state.last_receipt
+    return (
+        (
+            last is not None
+            and last.status in (ReceiptStatus.BLOCKED, ReceiptStatus.FAILED)
+            and last.input_hash == view_hash
+            and last.generation == ctx.committer.state.generation
+        )
+        or run.latches.stuck_hash == view_hash
+        or run.latches.failed_turn == ctx.turn
+    )
+
+
+def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maintenance:
+    """The body of ``prepare()`` (SPEC §3.2) over ``view`` and its estimate ``tokens``."""
+    run = Run(ctx, view, tokens)
+    trigger, fold_at, hard = ctx.trigger, ctx.trigger_tokens, ctx.hard_ceiling
+    if trigger == "pressure":
+        if run.tokens < fold_at:
+            run.latches = run.latches.cleared()
+            return run.outcome()
+        if _skip(ctx, run):
+            return run.outcome()
+    must_free = trigger == "overflow" or run.tokens >= hard
+    if (trigger != "manual" or run.tokens >= hard) and (yield from run.prune()) and (
+        (trigger == "pressure" and run.tokens < fold_at)
+        or (trigger != "pressure" and run.tokens < hard)
+    ):
+        return run.outcome()
+    attempts = MAX_SUMMARIES[trigger]
+    if trigger == "manual" and run.tokens >= hard:
+        attempts = MANUAL_RESCUE_SUMMARIES
+    result: FoldResult | None = None
+    for _ in range(attempts):
+        if (trigger == "pressure" and run.summary_calls == 0
+                and run.latches.summary_turn == ctx.turn and run.tokens < hard):
+            break  # one turn never pays two automatic summaries (a rescue above hard may)
+        try:
+            result = yield from run.fold(forced=trigger == "manual" or must_free)
+        except CtxfoldError as exc:  # a manual compaction's summary failed: tell the caller
+            return run.outcome(error=exc)
+        if result is not FoldResult.INSTALLED:
+            break
+        if run.tokens < fold_at or (trigger != "pressure" and run.tokens < hard):
+            run.latches = run.latches.cleared()
+            return run.outcome()
+        must_free = trigger == "overflow" or run.tokens >= hard
+    if result is FoldResult.INSTALLED and run.tokens >= fold_at:
+        run.receipt(ReceiptStatus.BLOCKED, ABOVE_TRIGGER.format(n=run.summary_calls),
+                    ReceiptAction.SUMMARY)
+        run.latches = attrs.evolve(run.latches, stuck_hash=run.input_hash())
+    if run.tokens >= hard:
+        last = ctx.committer.state.last_receipt
+        return run.outcome(error=CompactionRequiredError(
+            f"session {ctx.session_id!r}: request of {run.tokens} tokens is at or above the "
+            f"hard ceiling {hard} (window {ctx.window}) and no checkpoint could be installed; "
+            f"last receipt: {last.reason if last else 'none'}"
+        ))
+    return run.outcome()
+
+
+def drive(
+    steps: Maintenance,
+    summarize: Callable[[SummaryRequest], SummaryResult],
+    reread: Callable[[], Sequence[Message]],
+) -> Outcome:
+    """Run :func:`maintain` with a synchronous summarizer."""
+    answer: object = None
+    error: CtxfoldError | None = None
+    try:
+        while True:
+            step = steps.throw(error) if error is not None else steps.send(answer)
+            answer, error = None, None
+            if step is RESYNC:
+                answer = reread()
+                continue
+            assert isinstance(step, SummaryRequest)
+            try:
+                answer = summarize(step)
+            except CtxfoldError as exc:
+                error = exc
+    except StopIteration as stop:
+        outcome: Outcome = stop.value
+        return outcome
+
+
+async def adrive(
+    steps: Maintenance,
+    summarize: Callable[[SummaryRequest], Awaitable[SummaryResult]],
+    reread: Callable[[], Sequence[Message]],
+) -> Outcome:
+    """Run :func:`maintain` with an asynchronous summarizer."""
+    answer: object = None
+    error: CtxfoldError | None = None
+    try:
+        while True:
+            step = steps.throw(error) if error is not None else steps.send(answer)
+            answer, error = None, None
+            if step is RESYNC:
+                answer = reread()
+                continue
+            assert isinstance(step, SummaryRequest)
+            try:
+                answer = await summarize(step)
+            except CtxfoldError as exc:
+                error = exc
+    except StopIteration as stop:
+        outcome: Outcome = stop.value
+        return outcome

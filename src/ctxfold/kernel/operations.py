@@ -1,0 +1,296 @@
+"""One maintenance run's operations: prune, fold, install, receipt (SPEC §3.2–§3.4).
+
+The state of one ``prepare()`` (:class:`Run`) and the values it starts from and ends with
+(:class:`MaintenanceContext`, :class:`Outcome`). The decisions — which operation when — are
+:func:`ctxfold.kernel.maintenance.maintain`. Operations that need the outside world are
+generators: a summary is a yielded :class:`~ctxfold.kernel.types.SummaryRequest`, a re-read
+of the transcript after a lost compare-and-swap a yielded :data:`RESYNC`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Generator, Sequence
+
+import attrs
+
+from ctxfold.kernel import checkpoint, fold
+from ctxfold.kernel.commit import Capture, Committer, blocked_receipt
+from ctxfold.kernel.contracts import Estimator, Pruner
+from ctxfold.kernel.errors import CtxfoldError, StaleContextError, SummaryFailedError
+from ctxfold.kernel.fingerprint import content_hash, fingerprint
+from ctxfold.kernel.state import Receipt, ReceiptAction, ReceiptStatus
+from ctxfold.kernel.summary import validate_summary_result
+from ctxfold.kernel.types import (
+    Message,
+    RequestShape,
+    SummaryRequest,
+    SummaryResult,
+    ToolSchema,
+    Trigger,
+)
+from ctxfold.kernel.view import input_hash, visible_view
+
+ABOVE_TRIGGER = "summary result remains above fold trigger after {n} attempts"
+NO_REGION = "above the maintenance threshold but no foldable region remains"
+NOTHING_TO_FOLD = (
+    "nothing to fold: the recent tail (16% of the window) and the pinned head already hold "
+    "the whole conversation"
+)
+NOT_SMALLER = "checkpoint candidate is not smaller than the request it replaces"
+ABOVE_CEILING = "checkpoint candidate is not below the hard ceiling"
+NO_SAFE_PREFIX = "no summary request fits the window"
+STALE = "context changed during summary; automatic retry blocked for this generation"
+
+
+
+class Resync(enum.Enum):
+    """The step that asks the driver to re-read the transcript after a lost CAS."""
+
+    RESYNC = "resync"
+
+
+RESYNC = Resync.RESYNC
+
+
+class PrepareAction(enum.StrEnum):
+    """What a ``prepare()`` did: nothing, the last install (prune/summary), or an attempt
+    that left a receipt but installed nothing (blocked/failed/noop)."""
+
+    NONE = "none"
+    PRUNE = "prune"
+    SUMMARY = "summary"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+    NOOP = "noop"
+
+
+class FoldResult(enum.Enum):
+    """How one summary fold ended."""
+
+    INSTALLED = "installed"
+    NOTHING = "nothing to fold"
+    FAILED = "summary failed"
+    REJECTED = "candidate rejected"
+    STALE = "lost the compare-and-swap"
+
+
+@attrs.frozen
+class Latches:
+    """Runtime-only guards (never persisted): the stuck latch and the per-turn guards."""
+
+    stuck_hash: str = ""
+    failed_turn: int = -1
+    summary_turn: int = -1
+
+    def cleared(self) -> Latches:
+        """After maintenance got the request under the trigger (the summary turn stays)."""
+        return Latches(summary_turn=self.summary_turn)
+
+
+@attrs.frozen
+class MaintenanceContext:
+    """Everything one ``prepare()`` works from. ``canonical`` is read, never mutated."""
+
+    session_id: str
+    trigger: Trigger
+    focus: str | None
+    window: int
+    trigger_tokens: int
+    turn: int
+    latches: Latches
+    tools: tuple[ToolSchema, ...]
+    canonical: Sequence[Message]
+    estimator: Estimator
+    pruner: Pruner
+    committer: Committer
+    count: Callable[[Message], int]
+
+    @property
+    def hard_ceiling(self) -> int:
+        """``window − 256``: the protocol reserve (SPEC §2)."""
+        return self.window - fold.PROTOCOL_RESERVE
+
+
+@attrs.frozen
+class Outcome:
+    """What ``prepare()`` ends with. ``canonical`` is the re-read transcript when a lost
+    CAS made maintenance re-read it (``None`` otherwise); ``error`` is raised by the engine
+    after it applied the rest (latches, transcript)."""
+
+    view: list[Message]
+    tokens: int
+    action: PrepareAction
+    summary_calls: int
+    pruned: bool
+    latches: Latches
+    canonical: Sequence[Message] | None = None
+    error: CtxfoldError | None = None
+
+
+Step = SummaryRequest | Resync
+Maintenance = Generator[Step, object, Outcome]
+
+
+class Run:
+    """The mutable state of one ``prepare()``: the view it works on and what it did."""
+
+    def __init__(self, ctx: MaintenanceContext, view: list[Message], tokens: int) -> None:
+        self.ctx = ctx
+        self.canonical = ctx.canonical
+        self.resynced = False
+        self.view, self.tokens = view, tokens
+        self.latches = ctx.latches
+        self.summary_calls = 0
+        self.action = PrepareAction.NONE
+        self.pruned = False
+
+    def outcome(self, error: CtxfoldError | None = None) -> Outcome:
+        return Outcome(
+            view=self.view, tokens=self.tokens, action=self.action,
+            summary_calls=self.summary_calls, pruned=self.pruned, latches=self.latches,
+            canonical=self.canonical if self.resynced else None, error=error,
+        )
+
+    def estimate(self, messages: Sequence[Message]) -> int:
+        return self.ctx.estimator.estimate(RequestShape(list(messages), self.ctx.tools))
+
+    def refresh(self) -> None:
+        self.view = visible_view(self.ctx.committer.state.projection, self.canonical)
+        self.tokens = self.estimate(self.view)
+
+    def input_hash(self) -> str:
+        return input_hash(self.ctx.committer.state.prompt_cache_key, self.view)
+
+    def receipt(self, status: ReceiptStatus, reason: str, action: ReceiptAction) -> Receipt:
+        ctx = self.ctx
+        if self.action is PrepareAction.NONE:
+            self.action = PrepareAction(status.value)
+        return ctx.committer.record(
+            blocked_receipt(status, ctx.trigger, reason, input_hash=self.input_hash(),
+                            input_tokens=self.tokens, action=action),
+            ctx.committer.telemetry(
+                kind="prepare", trigger=ctx.trigger, action=f"{action.value}:{status.value}",
+                tokens_before=self.tokens, tokens_after=self.tokens,
+                summary_calls=self.summary_calls, detail=reason,
+            ),
+        )
+
+    def install(
+        self, captured: Capture, view_hash: str, action: ReceiptAction, *,
+        body: list[Message], covered: int, candidate: list[Message], new_tokens: int,
+        affected: int = 0, summary_text: str = "",
+    ) -> Generator[Step, object, bool]:
+        """CAS-commit a prune or summary projection; False (and a blocked receipt) if the
+        context moved while the operation ran."""
+        ctx = self.ctx
+        output_hash = fingerprint(candidate)
+        summary_hash = content_hash(summary_text) if summary_text else ""
+        saved = self.tokens - new_tokens
+        try:
+            ctx.committer.install(
+                captured, self.canonical, body=body, covered_count=covered,
+                receipt=Receipt(
+                    operation_id="", status=ReceiptStatus.APPLIED, action=action,
+                    trigger=ctx.trigger, input_hash=view_hash, output_hash=output_hash,
+                    input_tokens=self.tokens, result_tokens=new_tokens, saved_tokens=saved,
+                    affected_tool_results=affected, summary_hash=summary_hash,
+                ),
+                telemetry=ctx.committer.telemetry(
+                    kind="install", trigger=ctx.trigger, action=action.value,
+                    tokens_before=self.tokens, tokens_after=new_tokens, saved_tokens=saved,
+                    summary_calls=1 if summary_text else 0,
+                ),
+                source_tokens=self.tokens, projection_tokens=new_tokens,
+                summary_hash=summary_hash, view_input_hash=view_hash,
+                view_output_hash=output_hash,
+            )
+        except StaleContextError:
+            # Another process may also have appended messages: work from what is stored.
+            reread = yield RESYNC
+            if isinstance(reread, Sequence) and len(reread) != len(self.canonical):
+                self.canonical, self.resynced = reread, True
+            self.refresh()
+            self.receipt(ReceiptStatus.BLOCKED, STALE, action)
+            return False
+        return True
+
+    def prune(self) -> Generator[Step, object, bool]:
+        ctx = self.ctx
+        pruned = ctx.pruner.prune(self.view)
+        if pruned is None:
+            return False
+        new_view, affected = pruned
+        new_tokens = self.estimate(new_view)
+        if new_tokens >= self.tokens:
+            return False
+        captured = ctx.committer.capture(len(self.canonical))
+        if not (yield from self.install(
+            captured, self.input_hash(), ReceiptAction.PRUNE, body=new_view,
+            covered=len(self.canonical), candidate=new_view, new_tokens=new_tokens,
+            affected=affected,
+        )):
+            return False
+        self.action = PrepareAction.PRUNE
+        self.pruned = True
+        self.refresh()
+        return True
+
+    def fold(self, forced: bool) -> Generator[Step, object, FoldResult]:
+        """One summary fold."""
+        ctx = self.ctx
+        plan = fold.plan_fold(self.view, ctx.window, ctx.count, forced=forced)
+        if plan is None:
+            if ctx.trigger == "manual":  # asked for, but there is simply nothing to fold
+                self.receipt(ReceiptStatus.NOOP, NOTHING_TO_FOLD, ReceiptAction.NOOP)
+            else:  # blocked: not retried for this view in this generation
+                self.receipt(ReceiptStatus.BLOCKED, NO_REGION, ReceiptAction.NOOP)
+            return FoldResult.NOTHING
+        planned = checkpoint.summary_request(
+            self.view, plan, tools=ctx.tools, window=ctx.window, focus=ctx.focus,
+            cache_key=ctx.committer.state.prompt_cache_key, estimator=ctx.estimator,
+            count=ctx.count,
+        )
+        if planned is None:
+            self.receipt(ReceiptStatus.BLOCKED, NO_SAFE_PREFIX, ReceiptAction.SUMMARY)
+            return FoldResult.REJECTED
+        captured = ctx.committer.capture(len(self.canonical))
+        view_hash = self.input_hash()
+        self.summary_calls += 1
+        if ctx.trigger != "manual":  # one turn never pays two automatic summaries
+            self.latches = attrs.evolve(self.latches, summary_turn=ctx.turn)
+        try:
+            answer = yield planned.request
+            if not isinstance(answer, SummaryResult):
+                raise SummaryFailedError(
+                    f"summarizer returned {type(answer).__name__}, not a SummaryResult")
+            text = validate_summary_result(answer)
+        except CtxfoldError as exc:
+            status = (ReceiptStatus.BLOCKED if isinstance(exc, SummaryFailedError)
+                      else ReceiptStatus.FAILED)
+            self.receipt(status, f"summary failed: {exc}", ReceiptAction.SUMMARY)
+            self.latches = attrs.evolve(self.latches, failed_turn=ctx.turn)
+            if ctx.trigger == "manual":
+                raise
+            return FoldResult.FAILED
+        made = checkpoint.candidate(self.view, planned.plan, text,
+                                    projection=ctx.committer.state.projection,
+                                    canonical=self.canonical)
+        new_tokens = self.estimate(made.view)
+        if new_tokens >= self.tokens:
+            self.receipt(ReceiptStatus.BLOCKED, NOT_SMALLER, ReceiptAction.SUMMARY)
+            return FoldResult.REJECTED
+        if ctx.trigger != "manual" and new_tokens >= ctx.hard_ceiling:
+            self.receipt(ReceiptStatus.BLOCKED, ABOVE_CEILING, ReceiptAction.SUMMARY)
+            return FoldResult.REJECTED
+        if not (yield from self.install(
+            captured, view_hash, ReceiptAction.SUMMARY, body=made.body,
+            covered=made.covered_count, candidate=made.view, new_tokens=new_tokens,
+            summary_text=text,
+        )):
+            return FoldResult.STALE
+        self.action = PrepareAction.SUMMARY
+        self.refresh()
+        return FoldResult.INSTALLED
+
+

@@ -1,0 +1,130 @@
+"""The persisted state of a session: projection, receipts, telemetry, the sidecar document.
+
+A :class:`Projection` is the frozen body that stands for ``canonical[:covered_count]`` in the
+view; a :class:`Receipt` records the outcome of one maintenance operation; a
+:class:`SidecarState` is the content of ``<session>.context.json`` (schema v3, SPEC §4.2).
+Frozen ``attrs`` classes that know nothing about JSON (see :mod:`ctxfold.kernel.codec`).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+import attrs
+
+from ctxfold.kernel.types import Message
+
+SIDECAR_SCHEMA_VERSION = 3
+
+
+class CacheState(enum.StrEnum):
+    """Provider prompt-cache state label, set only by ``resume()`` (SPEC §3.8)."""
+
+    WARM = "warm"
+    COLD = "cold"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def coerce(cls, value: object) -> CacheState:
+        """Any unknown label reads as ``unknown`` (origin §2.4)."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class ReceiptStatus(enum.StrEnum):
+    PLANNED = "planned"
+    APPLIED = "applied"
+    NOOP = "noop"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+
+
+class ReceiptAction(enum.StrEnum):
+    PRUNE = "prune"
+    SUMMARY = "summary"
+    NOOP = "noop"
+    # Legacy actions: readable in old sidecars, never written.
+    SNIP = "snip"
+    NATIVE_TOOL_CLEAR = "native_tool_clear"
+
+
+@attrs.frozen
+class Projection:
+    """The frozen body that stands for ``canonical[:covered_count]`` (SPEC §4.2)."""
+
+    messages: tuple[Message, ...]
+    transcript_version: int = 0
+    projection_version: int = 0
+    covered_count: int = 0
+    covered_prefix_hash: str = ""
+    summary_hash: str = ""
+    source_tokens: int = 0
+    projection_tokens: int = 0
+    view_input_hash: str = ""
+    view_output_hash: str = ""
+    created_at: str = ""
+
+
+@attrs.frozen
+class Receipt:
+    """The outcome of one maintenance operation (SPEC §4.2 ``last_receipt``)."""
+
+    operation_id: str
+    status: ReceiptStatus
+    action: ReceiptAction
+    #: A :data:`~ctxfold.kernel.types.Trigger` when ctxfold wrote it; sidecars of older
+    #: systems may hold other labels, which are kept as they are.
+    trigger: str = "pressure"
+    projection_version: int = 0
+    covered_count: int = 0
+    covered_prefix_hash: str = ""
+    input_hash: str = ""
+    output_hash: str = ""
+    input_tokens: int = 0
+    result_tokens: int = 0
+    saved_tokens: int = 0
+    affected_tool_results: int = 0
+    summary_hash: str = ""
+    cache_break: bool = False
+    reason: str = ""
+    created_at: str = ""
+    generation: int = 0
+
+
+@attrs.frozen
+class TelemetryRecord:
+    """One telemetry entry: a prepare that acted, an install, or a resume."""
+
+    kind: Literal["prepare", "install", "resume"]
+    trigger: str = ""
+    action: str = ""
+    tokens_before: int = 0
+    tokens_after: int = 0
+    saved_tokens: int = 0
+    summary_calls: int = 0
+    cache_state: CacheState = CacheState.UNKNOWN
+    cache_hit_tokens: int = 0
+    cache_miss_tokens: int = 0
+    projection_version: int = 0
+    detail: str = ""
+    created_at: str = ""
+
+
+@attrs.frozen
+class SidecarState:
+    """The content of ``<session>.context.json`` in schema v3 (SPEC §4.2)."""
+
+    schema_version: int = SIDECAR_SCHEMA_VERSION
+    transcript_version: int = 0
+    projection: Projection | None = None
+    prompt_cache_key: str = ""
+    last_cache_state: CacheState = CacheState.UNKNOWN
+    generation: int = 0
+    last_receipt: Receipt | None = None
+    telemetry: tuple[TelemetryRecord, ...] = ()
+    updated_at: str = ""
+
+

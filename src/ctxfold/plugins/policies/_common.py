@@ -1,0 +1,121 @@
+"""What the built-in replay policies share: history, token counting, summary calls.
+
+A policy (kind ``policy``, contract :class:`~ctxfold.kernel.contracts.Policy`) models one way
+of keeping an agent session inside its window. The replay feeds it the session's canonical
+messages one by one and, before each recorded assistant message, asks for the request it
+would send. Its factory receives :class:`~ctxfold.kernel.kinds.PolicyOptions`.
+
+Every summarizing policy gets the same summarizer and wraps its summary with
+:func:`ctxfold.kernel.summary.wrap_summary`, so the comparison measures only *when* and *what*
+a policy folds, never the summary text itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ctxfold.kernel.errors import MaintenanceError, PluginError, PolicyFailedError
+from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.summary import (
+    build_summary_request,
+    summary_output_cap,
+    validate_summary_result,
+    wrap_summary,
+)
+from ctxfold.kernel.types import Message, RequestShape, SummaryCall, SummaryRequest
+
+#: The window peer constants (Codex, opencode) were tuned for: a 200K-token model (Claude
+#: Sonnet / GPT-4.1 class). peers.md does not state it; this is the documented assumption of
+#: the scaling rule in :func:`scaled`.
+REFERENCE_WINDOW = 200_000
+
+
+def scaled(constant: int, window: int, reference: int = REFERENCE_WINDOW) -> int:
+    """A peer's token constant scaled to ``window``: unchanged when ``window >= reference``,
+    else ``constant × window / reference`` (so a 40K keep at 200K becomes 12.8K at 64K and
+    keeps its share of the window)."""
+    if window >= reference:
+        return constant
+    return max(1, round(constant * window / reference))
+
+
+def rounds(messages: Sequence[Message], start: int = 0) -> list[tuple[int, int]]:
+    """``[start, end)`` index ranges of whole rounds from ``start``: an assistant message with
+    the tool results that follow it, or any other single message. Cutting only at round
+    boundaries never orphans a tool result."""
+    out: list[tuple[int, int]] = []
+    i = start
+    while i < len(messages):
+        j = i + 1
+        if messages[i].role == "assistant":
+            while j < len(messages) and messages[j].role == "tool":
+                j += 1
+        out.append((i, j))
+        i = j
+    return out
+
+
+class BasePolicy:
+    """Shared state: the fed history, token counting and summary calls."""
+
+    name = "base"
+
+    def __init__(self, setup: PolicyOptions) -> None:
+        self.setup = setup
+        self.history: list[Message] = []
+
+    def observe(self, message: Message) -> None:
+        self.history.append(message)
+
+    def canonical(self) -> tuple[Message, ...] | None:
+        """The fed history, which these policies keep and never edit (only their views)."""
+        return tuple(self.history)
+
+    def tokens(self, messages: Sequence[Message]) -> int:
+        """Admission estimate of ``messages`` with the session's tools."""
+        return self.setup.estimator.estimate(RequestShape(list(messages), self.setup.tools))
+
+    def count(self, message: Message) -> int:
+        """Tokens of one message (no request overheads)."""
+        est = self.setup.estimator
+        return est.estimate(RequestShape([message])) - est.estimate(RequestShape([]))
+
+    def summarize(self, request: SummaryRequest) -> tuple[SummaryCall, Message]:
+        """Run the shared summarizer once; the call (for costing) and the summary message."""
+        result = self.setup.summarizer.summarize(request)
+        try:
+            text = validate_summary_result(result, session_id=self.setup.session_name)
+        except MaintenanceError as exc:
+            raise PolicyFailedError(f"policy {self.name}: {exc}") from exc
+        return SummaryCall(request=request, text=text), wrap_summary(text)
+
+    def summary_request(self, system: Message | None, region: Sequence[Message]) -> SummaryRequest:
+        """A cache-aligned summary request (system + region as sent + instruction, tools
+        kept), shrunk from the oldest end until it fits the window minus the summary cap."""
+        window = self.setup.window
+        limit = window - summary_output_cap(window) - 256
+        region = list(region)
+        while True:
+            req = build_summary_request(system, region, self.setup.tools, window=window)
+            if len(region) <= 1 or self.tokens(req.messages) <= limit:
+                return req
+            # Like Codex's local path on ContextWindowExceeded: drop the oldest item.
+            region = region[1:]
+
+
+def first_system(messages: Sequence[Message]) -> Message | None:
+    """The leading system message, if any."""
+    return messages[0] if messages and messages[0].role == "system" else None
+
+
+def constants(
+    options: PolicyOptions, policy: str, defaults: Mapping[str, float]
+) -> dict[str, float]:
+    """``defaults`` with the overrides of ``options.constants``; an unknown name is an error."""
+    unknown = sorted(set(options.constants) - set(defaults))
+    if unknown:
+        raise PluginError(
+            f"policy {policy!r}: unknown constant(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(defaults)) or '(none)'}"
+        )
+    return {**defaults, **options.constants}

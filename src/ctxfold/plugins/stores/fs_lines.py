@@ -1,0 +1,125 @@
+"""The JSONL transcript codec of the ``fs`` store: one canonical message per line.
+
+Encoding writes compact JSON lines (defaults omitted). Parsing tells a torn last line (a
+crash mid-append: recoverable) from corruption in the middle (fatal, naming the line).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from ctxfold.kernel.codec import dumps_message, message_from_dict, message_to_dict
+from ctxfold.kernel.errors import StoreError
+from ctxfold.kernel.types import Message
+
+
+def encode_lines(messages: Sequence[Message]) -> bytes:
+    """The transcript lines of ``messages``: compact JSON, UTF-8, one per line."""
+    out = []
+    for message in messages:
+        try:
+            out.append(dumps_message(message).encode("utf-8"))
+        except UnicodeEncodeError:
+            # A lone surrogate cannot be UTF-8: escape it (\udXXX) so the line stays valid
+            # and json.loads gives the same string back.
+            out.append(json.dumps(message_to_dict(message), separators=(",", ":")).encode())
+        out.append(b"\n")
+    return b"".join(out)
+
+
+class _BadLine(Exception):
+    def __init__(self, lineno: int, start: int, stop: int, why: str, *, fatal: bool) -> None:
+        super().__init__(why)
+        self.lineno, self.start, self.stop, self.why, self.fatal = lineno, start, stop, why, fatal
+
+
+class ParsedTranscript(NamedTuple):
+    """Result of :func:`parse_transcript`: messages, end of the good part, torn tail bytes."""
+
+    messages: list[Message]
+    good_end: int
+    torn: bytes
+
+
+def _structure(values: list[object], linenos: Sequence[int] | None) -> list[Message]:
+    messages = []
+    for i, value in enumerate(values):
+        try:
+            if type(value) is not dict:
+                raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+            messages.append(message_from_dict(value))
+        except Exception as exc:
+            from cattrs import transform_error
+
+            # Valid JSON is never a crash artifact, so a bad message is fatal even when last.
+            n = linenos[i] if linenos is not None else i + 1
+            why = "; ".join(transform_error(exc, path="message"))
+            raise _BadLine(n, 0, 0, f"not a transcript message: {why}", fatal=True) from None
+    return messages
+
+
+def _parse_body(body: bytes) -> list[Message]:
+    """Parse complete lines (``body`` ends with a newline); raises :class:`_BadLine`."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = body.rfind(b"\n", 0, exc.start) + 1
+        n = body.count(b"\n", 0, start) + 1
+        stop = body.find(b"\n", exc.start) + 1
+        raise _BadLine(n, start, stop, "invalid UTF-8", fatal=False) from None
+    lines = text.split("\n")
+    lines.pop()
+    # Fast path: one json.loads for the whole file is ~4x faster than one per line. Any line
+    # that is not exactly one JSON value changes the count or fails, and falls through.
+    try:
+        values = json.loads("[" + ",".join(lines) + "]")
+        if len(values) == len(lines):
+            return _structure(values, None)
+    except (ValueError, RecursionError):
+        pass
+    values, linenos, start = [], [], 0
+    for n, raw in enumerate(body.split(b"\n")[:-1], start=1):
+        stop = start + len(raw) + 1
+        if raw.strip():  # blank lines carry no data and are skipped
+            try:
+                values.append(json.loads(raw))
+            except (ValueError, RecursionError) as exc:
+                raise _BadLine(n, start, stop, f"invalid JSON ({exc})", fatal=False) from None
+            linenos.append(n)
+        start = stop
+    return _structure(values, linenos)
+
+
+def parse_transcript(data: bytes, path: Path) -> ParsedTranscript:
+    """Parse a whole transcript file.
+
+    An unfinished last line (no newline, or a last line that is not valid UTF-8/JSON) is
+    reported as ``torn``; anything wrong before it raises :class:`StoreError` with the line.
+    """
+    body = data[: data.rfind(b"\n") + 1]
+    while True:
+        try:
+            return ParsedTranscript(_parse_body(body), len(body), data[len(body) :])
+        except _BadLine as bad:
+            if bad.fatal or len(body) < len(data) or bad.stop != len(body):
+                raise StoreError(
+                    f"transcript {path} line {bad.lineno}: {bad.why}. The damage is not a torn "
+                    "last line, so ctxfold will not guess: restore the file from a backup or "
+                    "remove that line by hand (after copying the file)."
+                ) from None
+            body = body[: bad.start]  # the last line itself is torn
+
+
+def line_ends(body: bytes) -> list[int]:
+    """Byte offset just past each message line of a parsed transcript (blank lines skipped)."""
+    ends, start = [], 0
+    for raw in body.split(b"\n")[:-1]:
+        start += len(raw) + 1
+        if raw.strip():
+            ends.append(start)
+    return ends
+
+
