@@ -28,8 +28,8 @@ from typing import Any
 
 from ctxfold.interop.chat import message_from_openai, tool_schema_from_openai
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import StrategyContext
-from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.kinds import StrategyContext
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, RequestShape, ToolSchema, Usage
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from ctxfold.engine.manager import ContextManager
-from ctxfold.engine.manager import open_session as open_ctxfold_session
+from ctxfold.engine.opening import open_session as open_ctxfold_session
 from ctxfold.kernel.config import (
     AgentConfig,
     Config,

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from ctxfold.importing import detect_format, import_session, known_formats
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import ImporterError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import ImporterOptions
+from ctxfold.kernel.kinds import ImporterOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.registry import Registry, builtin_plugin_modules
 from ctxfold.kernel.types import ImportedSession, Message, ToolCall
 

@@ -15,7 +15,7 @@ PLUGIN_MODULE = '''
 """A third-party estimator: one token per character of every visible text field."""
 
 from ctxfold import StrategySpec, hookimpl
-from ctxfold.engine.manager import open_session
+from ctxfold.engine.opening import open_session
 
 
 class CharCount:
@@ -102,7 +102,7 @@ def test_selected_purely_through_toml(
     plugin_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ctxfold.config.load import load_config
-    from ctxfold.engine.manager import open_session
+    from ctxfold.engine.opening import open_session
     from ctxfold.kernel.registry import Registry
     from ctxfold.kernel.types import Message
 

@@ -25,10 +25,19 @@ _ERRORS = (
     "ProviderConnectionError", "ProviderTimeoutError", "ProviderResponseError",
     "ProviderRequestError",
 )
+_KINDS = (
+    "StrategySpec", "StrategyContext", "NoOptions", "EstimatorOptions", "StoreOptions",
+    "ProviderOptions", "SummarizerOptions", "ImporterOptions", "PolicyOptions",
+)
+_CONTRACTS = (
+    "Estimator", "IncrementalEstimator", "Pruner", "Summarizer", "Store", "SidecarCodec",
+    "ProviderDefaults", "Provider", "StreamAssembler", "Translator", "ConfigMigration",
+    "Importer", "Policy",
+)
 _EXPORTS = {
     **dict.fromkeys(_ERRORS, "ctxfold.kernel.errors"),
     "ContextManager": "ctxfold.engine.manager",
-    "open_session": "ctxfold.engine.manager",
+    "open_session": "ctxfold.engine.opening",
     "ResumeResult": "ctxfold.engine.manager",
     "PreparedRequest": "ctxfold.engine.prepared",
     "load_config": "ctxfold.config.load",
@@ -46,10 +55,25 @@ _EXPORTS = {
     "Receipt": "ctxfold.kernel.state",
     "CacheState": "ctxfold.kernel.state",
     "SidecarState": "ctxfold.kernel.state",
+    "RequestShape": "ctxfold.kernel.types",
+    "TextStats": "ctxfold.kernel.types",
+    "SseEvent": "ctxfold.kernel.types",
+    "ImportedSession": "ctxfold.kernel.types",
+    "PolicyRequest": "ctxfold.kernel.types",
+    "SummaryCall": "ctxfold.kernel.types",
+    # writing plugins: the hook marker, descriptors, contexts, typed options, protocols
     "hookimpl": "ctxfold.kernel.hookspecs",
-    "StrategySpec": "ctxfold.kernel.contracts",
-    "ProviderDefaults": "ctxfold.kernel.contracts",
     "Registry": "ctxfold.kernel.registry",
+    **dict.fromkeys(_KINDS, "ctxfold.kernel.kinds"),
+    **dict.fromkeys(_CONTRACTS, "ctxfold.kernel.contracts"),
+    # helpers plugins build on
+    "TokenizerEstimator": "ctxfold.plugins.estimators.base",
+    "SessionBuilder": "ctxfold.importing",
+    "import_session": "ctxfold.importing",
+    "HttpProvider": "ctxfold.transport.provider",
+    "build_http_provider": "ctxfold.transport.provider",
+    "ChatCompletionsTranslator": "ctxfold.plugins.providers._chat",
+    "USE_CAPABILITY_TOOL": "ctxfold.capabilities.tool",
     "message_from_openai": "ctxfold.interop.chat",
     "message_to_openai": "ctxfold.interop.chat",
 }
@@ -57,12 +81,29 @@ _EXPORTS = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
     from ctxfold.config.load import LoadedConfig, load_config
-    from ctxfold.engine.manager import ContextManager, ResumeResult, open_session
+    from ctxfold.engine.manager import ContextManager, ResumeResult
+    from ctxfold.engine.opening import open_session
     from ctxfold.engine.prepared import PreparedRequest
+    from ctxfold.importing import SessionBuilder, import_session
     from ctxfold.interop.chat import message_from_openai, message_to_openai
     from ctxfold.kernel.config import Config
-    from ctxfold.kernel.contracts import ProviderDefaults, StrategySpec
+    from ctxfold.kernel.contracts import (
+        ConfigMigration,
+        Estimator,
+        Importer,
+        IncrementalEstimator,
+        Policy,
+        Provider,
+        ProviderDefaults,
+        Pruner,
+        SidecarCodec,
+        Store,
+        StreamAssembler,
+        Summarizer,
+        Translator,
+    )
     from ctxfold.kernel.errors import (
         AuthenticationError,
         CompactionRequiredError,
@@ -92,18 +133,38 @@ if TYPE_CHECKING:  # pragma: no cover
         ToolResultError,
     )
     from ctxfold.kernel.hookspecs import hookimpl
+    from ctxfold.kernel.kinds import (
+        EstimatorOptions,
+        ImporterOptions,
+        NoOptions,
+        PolicyOptions,
+        ProviderOptions,
+        StoreOptions,
+        StrategyContext,
+        StrategySpec,
+        SummarizerOptions,
+    )
     from ctxfold.kernel.registry import Registry
     from ctxfold.kernel.state import CacheState, Projection, Receipt, SidecarState
     from ctxfold.kernel.types import (
         ChatRequest,
         ChatResponse,
+        ImportedSession,
         Message,
+        PolicyRequest,
+        RequestShape,
+        SseEvent,
+        SummaryCall,
         SummaryRequest,
         SummaryResult,
+        TextStats,
         ToolCall,
         ToolSchema,
         Usage,
     )
+    from ctxfold.plugins.estimators.base import TokenizerEstimator
+    from ctxfold.plugins.providers._chat import ChatCompletionsTranslator
+    from ctxfold.transport.provider import HttpProvider, build_http_provider
 
 
 def __getattr__(name: str) -> Any:

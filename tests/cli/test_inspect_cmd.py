@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ctxfold.cli.main import main
-from ctxfold.engine.manager import open_session
+from ctxfold.engine.opening import open_session
 from ctxfold.kernel.types import Message
 
 CONFIG = """\

@@ -10,9 +10,9 @@ import pytest
 
 from ctxfold.config.load import LoadedConfig, load_config, validate_strategy_names
 from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
-from ctxfold.kernel.contracts import StrategySpec
 from ctxfold.kernel.errors import ConfigError
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategySpec
 from ctxfold.kernel.registry import Registry, make_plugin_manager
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

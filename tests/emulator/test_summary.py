@@ -50,8 +50,7 @@ def test_llm_summarizer_through_deepseek_provider(chars) -> None:
     deepseek = pytest.importorskip("ctxfold.plugins.providers.deepseek")
     llm = pytest.importorskip("ctxfold.plugins.summarizers.llm")
     from ctxfold.kernel.config import Config, ProviderConfig
-    from ctxfold.kernel.contracts import StrategyContext
-    from ctxfold.kernel.kinds import ProviderOptions
+    from ctxfold.kernel.kinds import ProviderOptions, StrategyContext
     from ctxfold.kernel.registry import Registry
 
     request = summary_mod.build_summary_request(

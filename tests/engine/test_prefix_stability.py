@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from tests.conftest import RecordingSummarizer, make_config
 
-from ctxfold.engine.manager import open_session
+from ctxfold.engine.opening import open_session
 from ctxfold.interop.chat import message_to_openai
 from ctxfold.kernel.types import Message, ToolCall
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import StrategySpec
 from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions
+from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions, StrategySpec
 from ctxfold.kernel.registry import Registry, make_plugin_manager
 from ctxfold.plugins import DEFAULT_PLUGINS
 

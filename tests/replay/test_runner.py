@@ -119,8 +119,8 @@ class _Vandal:
 
 
 def test_broken_invariants_are_detected() -> None:
-    from ctxfold.kernel.contracts import StrategySpec
     from ctxfold.kernel.hookspecs import hookimpl
+    from ctxfold.kernel.kinds import StrategySpec
 
     class Plugin:
         @hookimpl

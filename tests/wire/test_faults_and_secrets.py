@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctxfold.emulator import Fault, ReplySpec
-from ctxfold.engine.manager import open_session
+from ctxfold.engine.opening import open_session
 from ctxfold.kernel.errors import (
     ProviderConnectionError,
     ProviderError,

@@ -9,7 +9,8 @@ import attrs
 import pytest
 
 from ctxfold.config.load import load_config
-from ctxfold.engine.manager import ContextManager, open_session
+from ctxfold.engine.manager import ContextManager
+from ctxfold.engine.opening import open_session
 from ctxfold.kernel.kinds import PROVIDER
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import attrs
 
+from ctxfold import ChatRequest, Message, open_session
 from ctxfold.emulator import Fault, ReplySpec
-from ctxfold.engine.manager import open_session
-from ctxfold.kernel.kinds import PROVIDER
-from ctxfold.kernel.types import ChatRequest, Message
 
 
 def test_retries_on_429(ctxfold_emulator, ctxfold_provider_config, ctxfold_registry):
     emulator = ctxfold_emulator("deepseek", script=[ReplySpec(text="hi")],
                                 faults=[Fault("rate_limit", at=0, retry_after=0.01)])
     config = ctxfold_provider_config(emulator)
-    provider = ctxfold_registry.create(PROVIDER, "deepseek", config=config)
+    provider = ctxfold_registry.create("provider", "deepseek", config=config)
     reply = provider.complete(ChatRequest(messages=(Message(role="user", content="hey"),)))
     assert reply.message.content == "hi"
     assert [r.status for r in emulator.requests] == [429, 200]

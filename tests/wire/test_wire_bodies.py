@@ -7,7 +7,8 @@ import json
 import attrs
 
 from ctxfold.emulator import Fault
-from ctxfold.engine.manager import ContextManager, open_session
+from ctxfold.engine.manager import ContextManager
+from ctxfold.engine.opening import open_session
 from ctxfold.kernel.kinds import PROVIDER
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.state import ReceiptStatus

@@ -8,23 +8,28 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from ctxfold.emulator.faults import Fault
 from ctxfold.emulator.records import Outcome
+from ctxfold.kernel.errors import CtxfoldError
 
 
 class Processor(Protocol):
-    """What the handler asks of the emulator it serves."""
+    """What the handler asks of the emulator it serves: answer a request, and say when it is
+    stopping (slow faults stop waiting then)."""
+
+    stopping: threading.Event
 
     def process(self, path: str, raw: bytes) -> Outcome:
         """The outcome of one ``POST`` to ``path`` with body ``raw``."""
         ...
 
 
-class _Dropped(Exception):
+class _Dropped(CtxfoldError):
     """The client went away (or we dropped it on purpose)."""
 
 

@@ -12,25 +12,25 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from ctxfold.capabilities.tool import handle_use_capability
 from ctxfold.engine import turn as turns
-from ctxfold.engine.parts import LoadedSession, SessionParts, build_parts, load_session
+from ctxfold.engine.parts import LoadedSession, SessionParts, load_session
 from ctxfold.engine.prepared import PreparedRequest
 from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
-from ctxfold.kernel.errors import ContextLimitError, MessageError
+from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.operations import Latches, MaintenanceContext, Outcome, PrepareAction
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.state import CacheState, SidecarState
+from ctxfold.kernel.state import CacheState, SidecarState, label_cache
 from ctxfold.kernel.tool_results import bound_new_message, make_tool_result
 from ctxfold.kernel.types import (
+    ChatRequest,
     ChatResponse,
     Message,
     RequestShape,
@@ -278,9 +278,9 @@ class ContextManager:
             shape = RequestShape(list(step.request.messages), step.request.tools)
             self.estimator.calibrate(shape, Usage(prompt_tokens=step.prompt_tokens))
 
-    def _before_request(self, provider: Provider, step: turns.Send) -> None:
+    def _before_request(self, provider: Provider, request: ChatRequest) -> None:
         body_of = getattr(provider, "body", None)
-        body = body_of(step.request) if callable(body_of) else {"messages": step.request.messages}
+        body = body_of(request) if callable(body_of) else {"messages": request.messages}
         hooks = self._committer.hooks
         if hooks is not None:
             hooks.ctxfold_before_request(session_id=self.session_id, request=body)
@@ -288,26 +288,13 @@ class ContextManager:
     def complete(self, provider: Provider, *, max_output_tokens: int | None = None) -> ChatResponse:
         """Prepare, send to ``provider``, recover from overflow (SPEC §3.6), append the reply
         and observe its usage."""
-        steps = turns.turn(self._turn_context(max_output_tokens))
-        answer: object = None
-        error: ContextLimitError | None = None
-        while True:
-            try:
-                step = steps.throw(error) if error is not None else steps.send(answer)
-            except StopIteration as stop:
-                response: ChatResponse = stop.value
-                break
-            answer, error = None, None
-            if isinstance(step, turns.Send):
-                self._before_request(provider, step)
-                try:
-                    answer = provider.complete(step.request)
-                except ContextLimitError as exc:
-                    error = exc
-            elif isinstance(step, turns.Prepare):
-                answer = self.prepare(step.trigger)
-            else:
-                self._learn(step)
+
+        def send(request: ChatRequest) -> ChatResponse:
+            self._before_request(provider, request)
+            return provider.complete(request)
+
+        response = turns.drive(turns.turn(self._turn_context(max_output_tokens)),
+                               send=send, prepare=self.prepare, learn=self._learn)
         self.append(response.message)
         self.observe_usage(response.usage)
         return response
@@ -321,11 +308,7 @@ class ContextManager:
             stamp = parse_time(self._canonical[-1].created_at)
             last = stamp.timestamp() if stamp else None
         now = self.clock() if now is None else now
-        if last is None:
-            label, idle = CacheState.UNKNOWN, None
-        else:
-            idle = max(0.0, now - last)
-            label = CacheState.COLD if idle >= self.cache_ttl_minutes * 60 else CacheState.WARM
+        label, idle = label_cache(last, now, self.cache_ttl_minutes)
         notice = COLD_RESUME_NOTICE if label is CacheState.COLD else ""
         self._committer.record_resume(label)
         return ResumeResult(cache_state=label, idle_seconds=idle, notice=notice)
@@ -345,39 +328,4 @@ class ContextManager:
         return ContextManager(parts, load_session(parts, create=False))
 
 
-def open_session(
-    session_id: str,
-    *,
-    config: Config | None = None,
-    tools: Sequence[ToolSchema] = (),
-    create: bool = True,
-    registry: Registry | None = None,
-    store_path: str | None = None,
-    store: Store | None = None,
-    estimator: Estimator | None = None,
-    pruner: Pruner | None = None,
-    summarizer: Summarizer | None = None,
-    provider: Provider | None = None,
-    window: int | None = None,
-    cache_ttl_minutes: int | None = None,
-    clock: Callable[[], float] | None = None,
-    workspace: str | None = None,
-) -> ContextManager:
-    """Open (or create) session ``session_id`` with the strategies named in ``config``.
-
-    Every strategy comes from the registry by its name in ``config`` unless passed here
-    (``store``, ``estimator``, ``pruner``, ``summarizer``). ``provider`` is the provider the
-    ``llm`` summarizer talks to (default: the configured one, built on first use). ``window``
-    and ``cache_ttl_minutes`` override the provider's declared values; ``clock`` and
-    ``workspace`` (the first part of the prompt-cache key) are seams for tests and hosts.
-    """
-    built = build_parts(
-        session_id, config=config or Config(), registry=registry, tools=tools,
-        store_path=store_path, store=store, estimator=estimator, pruner=pruner,
-        summarizer=summarizer, provider=provider, window=window,
-        cache_ttl_minutes=cache_ttl_minutes, clock=clock, workspace=workspace,
-    )
-    return ContextManager(built, load_session(built, create=create))
-
-
-__all__ = ["ContextManager", "PreparedRequest", "ResumeResult", "open_session"]
+__all__ = ["ContextManager", "ResumeResult"]

@@ -129,3 +129,31 @@ def learned_window(ctx: TurnContext, request: ChatRequest, exc: ContextLimitErro
     if exc.prompt <= 0:
         return ctx.estimate(request.messages)
     return 0
+
+
+def drive(
+    steps: TurnSteps,
+    *,
+    send: Callable[[ChatRequest], ChatResponse],
+    prepare: Callable[[Trigger], PreparedRequest],
+    learn: Callable[[Learn], None],
+) -> ChatResponse:
+    """Run :func:`turn` against a synchronous provider."""
+    answer: object = None
+    error: ContextLimitError | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(answer)
+        except StopIteration as stop:
+            response: ChatResponse = stop.value
+            return response
+        answer, error = None, None
+        if isinstance(step, Send):
+            try:
+                answer = send(step.request)
+            except ContextLimitError as exc:
+                error = exc
+        elif isinstance(step, Prepare):
+            answer = prepare(step.trigger)
+        else:
+            learn(step)

@@ -1,21 +1,20 @@
 """Every plugin contract in one place: the protocol each kind of strategy implements.
 
-A plugin *registers* strategies by returning :class:`StrategySpec` descriptors from a
-registration hook (:mod:`ctxfold.kernel.hookspecs`); the kernel *selects* one by the name in
-config and calls its ``factory`` with a :class:`StrategyContext`. The table of kinds (hook,
-protocol, typed options) is :data:`ctxfold.kernel.kinds.KINDS`. Descriptors are small and
-frozen; heavy imports happen inside the factory.
+A plugin *registers* strategies by returning descriptors from a registration hook
+(:mod:`ctxfold.kernel.hookspecs`); the kernel *selects* one by the name in config and builds it
+with the descriptor's factory, which must return an object satisfying the protocol of its kind
+here. How strategies are described, built and tabled (descriptor, factory context, typed
+options, the table of kinds) is :mod:`ctxfold.kernel.kinds`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ctxfold.kernel.config import Config
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
     ChatRequest,
@@ -290,64 +289,3 @@ class Policy(Protocol):
 
 
 # -- what factories receive --------------------------------------------------------------------
-
-
-OptionsT = TypeVar("OptionsT")
-P = TypeVar("P")
-
-
-class Strategies(Protocol):
-    """What a factory may ask of the registry: build another strategy by kind and name
-    (implemented by :class:`ctxfold.kernel.registry.Registry`)."""
-
-    def create(
-        self, kind: StrategyKind[P], name: str, *, config: Config, options: object | None = None
-    ) -> P:
-        """Build strategy ``name`` of ``kind``; unknown names fail listing the choices."""
-        ...
-
-    def provider_defaults(self, config: Config, name: str | None = None) -> ProviderDefaults:
-        """What provider ``name`` (default ``[provider] name``) declares."""
-        ...
-
-
-@attrs.frozen
-class StrategyContext(Generic[OptionsT]):
-    """What a factory gets: the effective config, the registry (to build other strategies)
-    and the options of its kind."""
-
-    config: Config
-    registry: Strategies
-    options: OptionsT
-
-
-@attrs.frozen
-class StrategySpec:
-    """A named strategy registered by a plugin.
-
-    ``factory(context)`` builds the strategy object, which must satisfy the protocol of
-    ``kind`` (see :data:`KINDS`). ``defaults`` (providers only) declares the provider's
-    defaults: a :class:`ProviderDefaults`, or a function of the config for a provider whose
-    defaults follow another setting. ``source`` is filled in by the registry.
-    """
-
-    kind: str
-    name: str
-    factory: Callable[[StrategyContext[Any]], Any]
-    description: str = ""
-    source: str = ""
-    defaults: ProviderDefaults | Callable[[Config], ProviderDefaults] | None = None
-
-
-@attrs.frozen
-class StrategyKind(Generic[P]):
-    """One strategy kind: its name, its registration hook, the protocol its factories
-    return and the type of the options they receive (the table is
-    :data:`ctxfold.kernel.kinds.KINDS`)."""
-
-    name: str
-    hook: str
-    protocol: Any
-    options: type[Any]
-
-

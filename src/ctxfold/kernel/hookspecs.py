@@ -21,7 +21,7 @@ from typing import Any
 
 import pluggy
 
-from ctxfold.kernel.contracts import StrategySpec
+from ctxfold.kernel.kinds import StrategySpec
 from ctxfold.kernel.state import Receipt
 from ctxfold.kernel.types import Message
 
@@ -107,8 +107,8 @@ def ctxfold_config_migrations() -> Sequence[StrategySpec]:
 
     Each factory returns a :class:`~ctxfold.kernel.contracts.ConfigMigration` (normalises
     retired keys when a config is loaded; names them for ``ctxfold config migrate``) and
-    receives :class:`~ctxfold.kernel.kinds.NoOptions`. Every migration registered is applied,
-    in registration order.
+    receives :class:`~ctxfold.kernel.kinds.NoOptions`. All implementations are called; every
+    migration registered is applied, in registration order.
     """
     raise NotImplementedError
 

@@ -1,8 +1,11 @@
-"""The strategy kinds: one table of hook, protocol and typed factory options per kind.
+"""How strategies are described, built and tabled.
 
-Each factory receives the options of its kind (:class:`StrategyContext.options
-<ctxfold.kernel.contracts.StrategyContext>`); the options are frozen ``attrs`` classes, so a
-misspelt option is an error, never silently ignored.
+A plugin returns :class:`StrategySpec` descriptors from a registration hook; the registry
+builds one with its ``factory``, passing a :class:`StrategyContext` that carries the effective
+config, the registry itself and the typed options of the strategy's kind. :data:`KINDS` is the
+one table of kinds: for each, its registration hook, the protocol of
+:mod:`ctxfold.kernel.contracts` its factories return, and its options class. Options are
+frozen ``attrs`` classes, so a misspelt option is an error, never silently ignored.
 """
 
 from __future__ import annotations
@@ -10,23 +13,85 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import (
     ConfigMigration,
     Estimator,
     Importer,
     Policy,
     Provider,
+    ProviderDefaults,
     Pruner,
     SidecarCodec,
     Store,
-    StrategyKind,
     Summarizer,
 )
 from ctxfold.kernel.types import ToolSchema
+
+OptionsT = TypeVar("OptionsT")
+P = TypeVar("P")
+
+
+class Strategies(Protocol):
+    """What a factory may ask of the registry: build another strategy by kind and name
+    (implemented by :class:`ctxfold.kernel.registry.Registry`)."""
+
+    def create(
+        self, kind: StrategyKind[P], name: str, *, config: Config, options: object | None = None
+    ) -> P:
+        """Build strategy ``name`` of ``kind``; unknown names fail listing the choices."""
+        ...
+
+    def provider_defaults(self, config: Config, name: str | None = None) -> ProviderDefaults:
+        """What provider ``name`` (default ``[provider] name``) declares."""
+        ...
+
+
+@attrs.frozen
+class StrategyContext(Generic[OptionsT]):
+    """What a factory gets: the effective config, the registry (to build other strategies)
+    and the options of its kind."""
+
+    config: Config
+    registry: Strategies
+    options: OptionsT
+
+
+@attrs.frozen
+class StrategySpec:
+    """A named strategy registered by a plugin.
+
+    ``factory(context)`` builds the strategy object, which must satisfy the protocol of
+    ``kind`` (see :data:`KINDS`). ``defaults`` (providers only) declares the provider's
+    defaults: a :class:`ProviderDefaults`, or a function of the config for a provider whose
+    defaults follow another setting. ``source`` is filled in by the registry.
+    """
+
+    kind: str
+    name: str
+    factory: Callable[[StrategyContext[Any]], Any]
+    description: str = ""
+    source: str = ""
+    defaults: ProviderDefaults | Callable[[Config], ProviderDefaults] | None = None
+
+
+@attrs.frozen
+class StrategyKind(Generic[P]):
+    """One strategy kind: its name, its registration hook, the protocol its factories
+    return and the type of the options they receive (the table is
+    :data:`ctxfold.kernel.kinds.KINDS`)."""
+
+    name: str
+    hook: str
+    protocol: Any
+    options: type[Any]
+
+
+# -- what factories receive ------------------------------------------------------------------------
 
 
 @attrs.frozen(kw_only=True)

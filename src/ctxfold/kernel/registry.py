@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import attrs
 import pluggy
 
 from ctxfold.kernel import hookspecs
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import ProviderDefaults, StrategyContext, StrategyKind, StrategySpec
+from ctxfold.kernel.contracts import ProviderDefaults
 from ctxfold.kernel.errors import PluginError
-from ctxfold.kernel.kinds import KIND_BY_NAME, KINDS, PROVIDER
+from ctxfold.kernel.kinds import (
+    KIND_BY_NAME,
+    KINDS,
+    PROVIDER,
+    StrategyContext,
+    StrategyKind,
+    StrategySpec,
+)
 
 P = TypeVar("P")
 
@@ -126,7 +133,7 @@ class Registry:
         if not isinstance(spec, StrategySpec):
             raise PluginError(
                 f"plugin {source} returned {spec!r} from a {kind} registration hook; "
-                "expected ctxfold.kernel.contracts.StrategySpec"
+                "expected ctxfold.StrategySpec"
             )
         if spec.kind != kind:
             raise PluginError(
@@ -164,12 +171,27 @@ class Registry:
             available = ", ".join(self.names(kind_name)) or "(none registered)"
             raise PluginError(f"unknown {kind_name} {name!r}; available: {available}") from None
 
+    @overload
     def create(
         self, kind: StrategyKind[P], name: str, *, config: Config, options: object | None = None
-    ) -> P:
-        """Build strategy ``name`` of ``kind`` with ``options`` (default: the kind's empty
-        options). Fails with :class:`PluginError` when the options are of the wrong type or
-        the factory returns something that does not satisfy the kind's protocol."""
+    ) -> P: ...
+
+    @overload
+    def create(
+        self, kind: str, name: str, *, config: Config, options: object | None = None
+    ) -> Any: ...
+
+    def create(
+        self, kind: StrategyKind[Any] | str, name: str, *, config: Config,
+        options: object | None = None,
+    ) -> Any:
+        """Build strategy ``name`` of ``kind`` (a kind of :data:`KINDS` or its name, e.g.
+        ``"provider"``) with ``options`` (default: the kind's empty options). Fails with
+        :class:`PluginError` when the options are of the wrong type or the factory returns
+        something that does not satisfy the kind's protocol."""
+        if isinstance(kind, str):
+            _kind_name(kind)
+            kind = KIND_BY_NAME[kind]
         spec = self.get(kind, name)
         if options is None:
             options = kind.options()
@@ -184,8 +206,7 @@ class Registry:
                 f"{kind.name} {name!r} from {spec.source} returned {type(built).__name__}, "
                 f"which does not satisfy {kind.protocol.__name__}; fix the plugin's factory"
             )
-        result: P = built
-        return result
+        return built
 
     def provider_defaults(self, config: Config, name: str | None = None) -> ProviderDefaults:
         """What provider ``name`` (default ``[provider] name``) declares for the settings

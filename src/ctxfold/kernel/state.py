@@ -128,3 +128,14 @@ class SidecarState:
     updated_at: str = ""
 
 
+
+
+def label_cache(
+    last_activity: float | None, now: float, ttl_minutes: int
+) -> tuple[CacheState, float | None]:
+    """The resume label (SPEC §3.8) and the idle seconds: no activity known → ``unknown``;
+    idle ≥ the provider's TTL → ``cold``; else ``warm``."""
+    if last_activity is None:
+        return CacheState.UNKNOWN, None
+    idle = max(0.0, now - last_activity)
+    return (CacheState.COLD if idle >= ttl_minutes * 60 else CacheState.WARM), idle

@@ -16,8 +16,8 @@ from typing import Any
 import attrs
 
 from ctxfold.kernel.config import LEGACY_AGENT_KEYS, AgentConfig
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 
 NAME = "legacy-multi-threshold"
 TABLE = "agent"

@@ -29,9 +29,9 @@ from typing import Any
 import attrs
 
 from ctxfold.kernel.codec import converter, message_to_dict
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.state import (
     SIDECAR_SCHEMA_VERSION,
     CacheState,

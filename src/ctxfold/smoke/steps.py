@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxfold.atomic import atomic_write
-from ctxfold.engine.manager import ContextManager, open_session
+from ctxfold.engine.manager import ContextManager
+from ctxfold.engine.opening import open_session
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Provider
 from ctxfold.kernel.errors import SmokeError

@@ -23,9 +23,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ctxfold.kernel.contracts import ProviderDefaults, StrategyContext, StreamAssembler, Translator
+from ctxfold.kernel.contracts import ProviderDefaults, StreamAssembler, Translator
 from ctxfold.kernel.errors import PluginError, ProviderError
-from ctxfold.kernel.kinds import ProviderOptions
+from ctxfold.kernel.kinds import ProviderOptions, StrategyContext
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message
 
 if TYPE_CHECKING:  # httpx (≈0.3 s to import) loads only when a provider is built

@@ -1,4 +1,4 @@
-"""IncrementalEstimator: overhead arithmetic, incremental cache, calibration (SPEC §3.1)."""
+"""TokenizerEstimator: overhead arithmetic, incremental cache, calibration (SPEC §3.1)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 
 from ctxfold.kernel.contracts import Estimator
 from ctxfold.kernel.types import Message, RequestShape, ToolCall, ToolSchema, Usage
-from ctxfold.plugins.estimators.base import IncrementalEstimator, LRUCache, cjk_count
+from ctxfold.plugins.estimators.base import LRUCache, TokenizerEstimator, cjk_count
 
 
-class CharEstimator(IncrementalEstimator):
+class CharEstimator(TokenizerEstimator):
     """One token per character; records every text it was asked to count."""
 
     name = "chars"

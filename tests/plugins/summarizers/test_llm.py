@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from ctxfold.kernel.config import Config, ProviderConfig, SummarizerConfig
-from ctxfold.kernel.contracts import StrategySpec, Summarizer
+from ctxfold.kernel.contracts import Summarizer
 from ctxfold.kernel.errors import ContextLimitError, PluginError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import SUMMARIZER, SummarizerOptions
+from ctxfold.kernel.kinds import SUMMARIZER, StrategySpec, SummarizerOptions
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.summary import build_summary_request
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolSchema, Usage

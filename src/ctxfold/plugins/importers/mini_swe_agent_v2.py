@@ -19,9 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ctxfold.importing import SessionBuilder, importer_error
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import ImporterOptions
+from ctxfold.kernel.kinds import ImporterOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import ImportedSession, Message
 from ctxfold.plugins.importers._common import (
     dig,

@@ -15,9 +15,9 @@ from typing import Any
 from ctxfold.importing import SessionBuilder, importer_error
 from ctxfold.interop.chat import tool_schema_from_openai
 from ctxfold.kernel.codec import message_from_dict
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import ImporterError
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.types import ImportedSession, Message
 from ctxfold.plugins.importers._common import (
     first_non_space,

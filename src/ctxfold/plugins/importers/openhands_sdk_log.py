@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ctxfold.importing import SessionBuilder
 from ctxfold.interop.chat import tool_schema_from_openai
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.types import ImportedSession
 from ctxfold.plugins.importers._common import (
     dig,

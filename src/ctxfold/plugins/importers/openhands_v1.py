@@ -30,8 +30,8 @@ from typing import Any
 
 from ctxfold.importing import SessionBuilder
 from ctxfold.interop.chat import tool_schema_from_openai
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.types import ImportedSession, Message, ToolCall, Usage
 from ctxfold.plugins.importers._common import (
     as_int,

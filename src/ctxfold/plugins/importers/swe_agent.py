@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxfold.importing import SessionBuilder
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.types import ImportedSession
 from ctxfold.plugins.importers._common import (
     dig,

@@ -8,9 +8,8 @@ policy as failed.
 
 from __future__ import annotations
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import PolicyRequest
 from ctxfold.plugins.policies._common import BasePolicy
 

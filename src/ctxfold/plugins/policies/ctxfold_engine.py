@@ -14,12 +14,11 @@ import re
 
 import attrs
 
-from ctxfold.engine.manager import open_session
+from ctxfold.engine.opening import open_session
 from ctxfold.kernel.config import AgentConfig, SummarizerConfig
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import MaintenanceError, PolicyFailedError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, PolicyRequest, SummaryCall, SummaryRequest, SummaryResult
 

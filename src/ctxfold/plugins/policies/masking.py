@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import attrs
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import PolicyRequest
 from ctxfold.plugins.policies._common import BasePolicy, constants
 

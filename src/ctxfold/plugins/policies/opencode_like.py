@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import attrs
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import Message, PolicyRequest, SummaryCall
 from ctxfold.plugins.policies._common import BasePolicy, first_system, scaled

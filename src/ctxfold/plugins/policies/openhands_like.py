@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import attrs
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.summary import summary_instruction, summary_output_cap
 from ctxfold.kernel.types import Message, PolicyRequest, SummaryRequest
 from ctxfold.plugins.policies._common import BasePolicy, constants

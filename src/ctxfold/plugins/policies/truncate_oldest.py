@@ -11,9 +11,8 @@ No summary is written, so nothing of the dropped history survives.
 
 from __future__ import annotations
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import PolicyRequest
 from ctxfold.plugins.policies._common import BasePolicy, first_system, rounds
 

@@ -27,9 +27,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxfold.kernel.contracts import ProviderDefaults, StrategyContext, StrategySpec
+from ctxfold.kernel.contracts import ProviderDefaults
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import ProviderOptions
+from ctxfold.kernel.kinds import ProviderOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall, ToolSchema, Usage
 from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
 from ctxfold.transport.provider import (

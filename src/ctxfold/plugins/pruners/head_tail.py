@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.types import Message
 
 PRUNE_THRESHOLD = 8192

@@ -17,33 +17,37 @@ reading again (it may be another process's append in flight).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 
 from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.errors import SessionError, SidecarError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import StoreOptions
+from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.session_id import validate_session_id
 from ctxfold.kernel.types import Message
+from ctxfold.plugins.stores.fs_files import (
+    TranscriptCache,
+    append_durably,
+    create_empty,
+    move_aside,
+    projection_within,
+    publish_new,
+    recover_torn,
+    session_lock,
+    stat_key,
+)
 from ctxfold.plugins.stores.fs_lines import encode_lines, line_ends, parse_transcript
 
 log = logging.getLogger(__name__)
 
 #: Seconds to wait for another process holding a session lock before giving up.
 LOCK_TIMEOUT = 60.0
-_CACHE_SESSIONS = 16
-_CacheKey = tuple[int, int, int]
 
 
 class StoreWarning(UserWarning):
@@ -55,16 +59,6 @@ def _warn(message: str) -> None:
     warnings.warn(message, StoreWarning, stacklevel=3)
 
 
-def _key(st: os.stat_result) -> _CacheKey:
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:  # one call in practice; the loop only guards against short writes
-        view = view[os.write(fd, view) :]
-
-
 class FsStore:
     """Durable transcripts and sidecars in one directory (implements ``Store``).
 
@@ -74,8 +68,7 @@ class FsStore:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self._cache: OrderedDict[str, tuple[_CacheKey, tuple[Message, ...]]] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._cache = TranscriptCache()
 
     def __repr__(self) -> str:
         return f"FsStore({str(self.root)!r})"
@@ -92,23 +85,11 @@ class FsStore:
 
     @contextmanager
     def _locked(self, session_id: str) -> Iterator[None]:
-        import filelock  # only mutating operations pay for the import
-
         # Unknown sessions fail before a lock file is created, so none is left behind.
         self._stat(session_id)
-        path = self.root / f"{session_id}.lock"
-        lock = filelock.FileLock(path, timeout=LOCK_TIMEOUT, mode=FILE_MODE)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            raise StoreError(
-                f"session {session_id!r}: lock {path} is held by another process for more "
-                f"than {LOCK_TIMEOUT:.0f} s; retry when it finishes"
-            ) from None
-        try:
+        with session_lock(self.root / f"{session_id}.lock", f"session {session_id!r}",
+                          LOCK_TIMEOUT):
             yield
-        finally:
-            lock.release()
 
     def _unknown(self, session_id: str) -> SessionError:
         return SessionError(
@@ -123,25 +104,6 @@ class FsStore:
             raise self._unknown(session_id) from None
         except OSError as exc:
             raise StoreError(f"cannot stat transcript of session {session_id!r}: {exc}") from exc
-
-    def _cached(self, session_id: str, key: _CacheKey) -> tuple[Message, ...] | None:
-        with self._cache_lock:
-            entry = self._cache.get(session_id)
-            if entry is None or entry[0] != key:
-                return None
-            self._cache.move_to_end(session_id)
-            return entry[1]
-
-    def _remember(self, session_id: str, key: _CacheKey, messages: tuple[Message, ...]) -> None:
-        with self._cache_lock:
-            self._cache[session_id] = (key, messages)
-            self._cache.move_to_end(session_id)
-            while len(self._cache) > _CACHE_SESSIONS:
-                self._cache.popitem(last=False)
-
-    def _forget(self, session_id: str) -> None:
-        with self._cache_lock:
-            self._cache.pop(session_id, None)
 
     # -- transcript ----------------------------------------------------------------------------
 
@@ -158,31 +120,11 @@ class FsStore:
         data = self._read(path)
         parsed = parse_transcript(data, path)
         if parsed.torn:
-            self._recover_torn(path, parsed.good_end, parsed.torn)
+            _warn(recover_torn(path, parsed.good_end, parsed.torn))
             data = data[: parsed.good_end]
         messages = tuple(parsed.messages)
-        self._remember(session_id, _key(path.stat()), messages)
+        self._cache.put(session_id, stat_key(path.stat()), messages)
         return messages, line_ends(data), data
-
-    def _recover_torn(self, path: Path, good_end: int, torn: bytes) -> None:
-        corrupt = path.with_name(path.name + ".corrupt")
-        # Save the fragment durably *before* truncating: a crash in between leaves it in both
-        # places, never in neither.
-        fd = os.open(corrupt, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-        try:
-            _write_all(fd, torn if torn.endswith(b"\n") else torn + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        with open(path, "r+b") as handle:
-            handle.truncate(good_end)
-            handle.flush()
-            os.fsync(handle.fileno())
-        _warn(
-            f"transcript {path}: unfinished last line ({len(torn)} bytes, probably a crash "
-            f"during an append) moved to {corrupt}; the transcript now ends at the last "
-            "complete message. Inspect the .corrupt file if that message matters."
-        )
 
     def load(self, session_id: str) -> list[Message]:
         """The canonical transcript of ``session_id`` (a new list on every call).
@@ -191,7 +133,7 @@ class FsStore:
         any other unreadable line raises :class:`StoreError` naming the file and line.
         """
         st = self._stat(session_id)
-        cached = self._cached(session_id, _key(st))
+        cached = self._cache.get(session_id, stat_key(st))
         if cached is not None:
             return list(cached)
         path = self.transcript_path(session_id)
@@ -200,7 +142,7 @@ class FsStore:
             messages = tuple(parsed.messages)
             # Key by the stat taken *before* reading: if the file grew meanwhile, the next
             # load sees a different key and parses again.
-            self._remember(session_id, _key(st), messages)
+            self._cache.put(session_id, stat_key(st), messages)
             return list(messages)
         # The unfinished tail may be an append in flight: decide only under the lock.
         with self._locked(session_id):
@@ -212,21 +154,15 @@ class FsStore:
         with self._locked(session_id):
             path = self.transcript_path(session_id)
             st = self._stat(session_id)
-            cached = self._cached(session_id, _key(st))
+            cached = self._cache.get(session_id, stat_key(st))
             if cached is None and st.st_size and not self._ends_with_newline(path):
                 # Never write after a torn tail: the new line would merge into it.
                 cached, _, _ = self._load_locked(session_id)
             if not payload:
                 return
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                _write_all(fd, payload)
-                os.fsync(fd)
-                new_key = _key(os.fstat(fd))
-            finally:
-                os.close(fd)
+            new_key = stat_key(append_durably(path, payload))
             if cached is not None:
-                self._remember(session_id, new_key, (*cached, *messages))
+                self._cache.put(session_id, new_key, (*cached, *messages))
 
     @staticmethod
     def _ends_with_newline(path: Path) -> bool:
@@ -243,18 +179,12 @@ class FsStore:
         path = self.transcript_path(session_id)
         ensure_dir(self.root)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            create_empty(path)
         except FileExistsError:
             raise SessionError(
                 f"session {session_id!r} already exists in store {self.root}; "
                 "choose another id or delete the session first"
             ) from None
-        try:
-            os.fchmod(fd, FILE_MODE)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(self.root)
 
     def list_sessions(self) -> list[str]:
         """Ids of every session in the store, sorted."""
@@ -296,25 +226,13 @@ class FsStore:
                 f"cannot fork {source_id!r}: session {target_id!r} already exists in store "
                 f"{self.root}; choose another id or delete it first"
             )
-        # Write a complete temp file, then link it into place: the target appears whole or
-        # not at all, and link (unlike rename) refuses to replace a session created meanwhile.
-        tmp = self.root / f".{target.name}.fork{os.getpid()}x{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
-            _write_all(fd, prefix)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, target)
+            publish_new(target, prefix)
         except FileExistsError:
             raise SessionError(
                 f"cannot fork {source_id!r}: session {target_id!r} was created concurrently "
                 f"in store {self.root}"
             ) from None
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(self.root)
 
     def _check_upto(self, session_id: str, upto: int, ends: list[int]) -> int:
         if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= len(ends):
@@ -338,20 +256,10 @@ class FsStore:
                 return
             path = self.transcript_path(session_id)
             atomic_write(path, data[: ends[count - 1]] if count else b"", mode=FILE_MODE)
-            self._remember(session_id, _key(path.stat()), messages[:count])
-            if not self._sidecar_fits(session_id, count):
+            self._cache.put(session_id, stat_key(path.stat()), messages[:count])
+            if not projection_within(self._read_sidecar_file(session_id), count):
                 # Expected consequence of the user's rewind, not a repair: log, don't warn.
                 self._discard_locked(session_id, f"rewind to {count} messages", warn=False)
-
-    def _sidecar_fits(self, session_id: str, count: int) -> bool:
-        raw = self._read_sidecar_file(session_id)
-        if raw is None:
-            return True
-        try:
-            projection = json.loads(raw).get("projection")
-            return projection is None or int(projection.get("covered_count", 0)) <= count
-        except (ValueError, TypeError, AttributeError):
-            return False  # unreadable: it would be discarded on the next load anyway
 
     def delete(self, session_id: str) -> None:
         """Remove every file of the session: sidecar (and discarded ones), side files,
@@ -369,7 +277,7 @@ class FsStore:
                 if pattern.fullmatch(name):
                     (self.root / name).unlink(missing_ok=True)
             self.transcript_path(session_id).unlink()
-            self._forget(session_id)
+            self._cache.forget(session_id)
             (self.root / f"{session_id}.lock").unlink(missing_ok=True)
         fsync_dir(self.root)
 
@@ -405,16 +313,9 @@ class FsStore:
 
     def _discard_locked(self, session_id: str, reason: str, *, warn: bool = True) -> None:
         path = self.sidecar_path(session_id)
-        if not os.path.lexists(path):
+        target = move_aside(path)
+        if target is None:
             return
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        target = path.with_name(f"{path.name}.invalid-{stamp}")
-        n = 0
-        while os.path.lexists(target):
-            n += 1
-            target = path.with_name(f"{path.name}.invalid-{stamp}-{n}")
-        os.replace(path, target)
-        fsync_dir(self.root)
         message = (
             f"sidecar {path} of session {session_id!r} discarded ({reason}); kept as "
             f"{target.name} for inspection. The context view is rebuilt from the transcript."

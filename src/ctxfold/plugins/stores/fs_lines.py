@@ -30,7 +30,7 @@ def encode_lines(messages: Sequence[Message]) -> bytes:
     return b"".join(out)
 
 
-class _BadLine(Exception):
+class _BadLine(StoreError):
     def __init__(self, lineno: int, start: int, stop: int, why: str, *, fatal: bool) -> None:
         super().__init__(why)
         self.lineno, self.start, self.stop, self.why, self.fatal = lineno, start, stop, why, fatal

@@ -10,12 +10,10 @@ offline replays and hosts that cannot afford a summary call. Same input, same by
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Iterator
 
-from ctxfold.kernel.contracts import StrategyContext, StrategySpec
 from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.summary import (
     SUMMARY_HEADINGS,
     SUMMARY_INSTRUCTION_MARKER,
@@ -23,141 +21,29 @@ from ctxfold.kernel.summary import (
     unwrap_summary,
 )
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
+from ctxfold.plugins.summarizers.facts import (
+    CODE_LINE,
+    CONSTRAINT,
+    DECISION,
+    ERROR,
+    EXIT,
+    FIX,
+    NOT_FILES,
+    PATH,
+    argument_strings,
+    call_label,
+    clip,
+    first_line,
+    norm_path,
+    parse_previous,
+    sentences,
+    task_statement,
+)
 
 FACTS, GOAL, DECISIONS, FILES, COMMANDS, ERRORS, PENDING = SUMMARY_HEADINGS
 
 CHARS_PER_TOKEN = 4
-BULLET_MAX = 400  # one bullet never swallows the whole budget
 MAX_FILES, MAX_COMMANDS, MAX_ERRORS, MAX_DECISIONS = 80, 60, 30, 30
-
-_CONSTRAINT = re.compile(
-    r"\b(must|mustn't|never|always|don't|do not|dont|only|should|shouldn't|require[sd]?|"
-    r"required|need to|needs to|make sure|ensure|avoid|cannot|can't|shall|prefer)\b"
-    r"|必须|不要|禁止|务必|不能|只能|应该",
-    re.IGNORECASE,
-)
-_DECISION = re.compile(
-    r"\b(because|decided|decide|instead|chose|choose|choosing|going with|opted|rationale|"
-    r"so that|trade-?off|rather than)\b",
-    re.IGNORECASE,
-)
-_FIX = re.compile(r"\b(fix|fixed|fixes|resolved)\b", re.IGNORECASE)
-# No leading \b for error/exception so "AssertionError" and "ValueException" count.
-_ERROR = re.compile(
-    r"(?:error|exception)s?\b|\b(?:traceback|failed|failure|fatal|panic)\b", re.IGNORECASE
-)
-_EXIT = re.compile(
-    r"\b(?:exit(?:ed)?(?: with)?[ _]?(?:code|status)?|returncode)\W{0,3}(-?\d+)", re.IGNORECASE
-)
-# Source listings (cat, grep -n) mention errors without any error having happened.
-_CODE_LINE = re.compile(
-    r"\s*(?:\d+[:\-\s]\s*)?(?:raise\b|except\b|class\b|def\b|import\b|from\b|return\b|"
-    r"#|//|\*|\)|\"|')"
-)
-_NOT_FILES = frozenset({"/dev/null"})
-_TAG = re.compile(r"</?[A-Za-z][\w-]*>")
-# Bare names need a known extension ("notes.md"), or attribute access ("os.path") would count.
-_EXT = (
-    r"(?:py|pyi|js|jsx|ts|tsx|go|rs|rb|java|kt|cc|cpp|hpp|md|rst|txt|toml|ya?ml|json|jsonl"
-    r"|ini|cfg|sh|sql|html|css|lock)"
-)
-_PATH = re.compile(
-    r"(?<![\w/.:@~-])("
-    r"(?:~|\.{1,2})?/?(?:[\w@+-][\w.@+-]*/)+[\w@+-][\w.@+-]*\.[A-Za-z][\w]{0,9}"  # a/b/c.ext
-    r"|(?:~|\.{1,2})?/(?:[\w@+-][\w.@+-]*/)+[\w@+-][\w.@+-]*"  # /abs/dir, ./rel/dir
-    rf"|[\w-][\w.-]*\.{_EXT}"  # bare file name with a known extension
-    r")(?![\w/])"
-)
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
-_ARG_KEYS = ("command", "cmd", "path", "file_path", "file", "query", "pattern", "url")
-
-
-def _clip(text: str, limit: int = BULLET_MAX) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _sentences(text: str) -> Iterator[str]:
-    for line in text.splitlines():
-        for part in _SENTENCE.split(line.strip()):
-            part = part.strip().lstrip("-*• ").strip()
-            if part:
-                yield part
-
-
-def _first_line(text: str) -> str:
-    """The first line with words in it: bare markup (``<pr_description>``) and exit-status
-    lines (reported separately) are skipped."""
-    for line in text.splitlines():
-        if re.search(r"\w", _TAG.sub("", line)) and not _EXIT.search(line):
-            return line.strip()
-    return ""
-
-
-def _norm_path(path: str) -> str:
-    return path.removeprefix("./")
-
-
-def _task_statement(text: str) -> str:
-    """The first paragraph of the task, cut at a sentence end when it is long."""
-    paragraph = text.strip().split("\n\n", 1)[0]
-    if len(paragraph) <= BULLET_MAX:
-        return _clip(paragraph)
-    kept = ""
-    for sentence in _sentences(paragraph):
-        if kept and len(kept) + len(sentence) + 1 > BULLET_MAX:
-            break
-        kept = f"{kept} {sentence}".strip()
-    return _clip(kept)
-
-
-def _argument_strings(arguments: str) -> list[str]:
-    try:
-        data = json.loads(arguments) if arguments else {}
-    except ValueError:
-        return [arguments]
-    out: list[str] = []
-
-    def walk(value: object) -> None:
-        if isinstance(value, str):
-            out.append(value)
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    walk(data)
-    return out
-
-
-def _call_label(name: str, arguments: str) -> str:
-    try:
-        data = json.loads(arguments) if arguments else {}
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        for key in _ARG_KEYS:
-            if isinstance(data.get(key), str) and data[key].strip():
-                return f"{name} `{_clip(data[key], 200)}`"
-    return f"{name}({_clip(arguments, 160)})" if arguments else name
-
-
-def _parse_previous(text: str) -> dict[str, list[str]]:
-    """Bullets of an earlier briefing by heading; unknown headings count as standing facts."""
-    sections: dict[str, list[str]] = {}
-    current = FACTS
-    by_title = {h.lower(): h for h in SUMMARY_HEADINGS}
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            current = by_title.get("## " + stripped.lstrip("#").strip().lower(), FACTS)
-        elif stripped:
-            sections.setdefault(current, []).append(stripped.lstrip("-*• ").strip())
-    return sections
-
-
 class _Sections:
     """Ordered, deduplicated bullets per heading."""
 
@@ -203,15 +89,15 @@ def _bound(sections: dict[str, list[str]], budget: int) -> str:
 
 
 def _outcome(result: str) -> str:
-    outcome = _clip(_first_line(result), 160) or "(empty result)"
-    exit_code = _EXIT.search(result)
+    outcome = clip(first_line(result), 160) or "(empty result)"
+    exit_code = EXIT.search(result)
     return outcome + (f" (exit {exit_code.group(1)})" if exit_code else "")
 
 
 def _error_lines(text: str) -> Iterator[str]:
     for line in text.splitlines():
-        if _ERROR.search(line) and not _CODE_LINE.match(line):
-            yield _clip(line, 240)
+        if ERROR.search(line) and not CODE_LINE.match(line):
+            yield clip(line, 240)
 
 
 class _Extractor:
@@ -230,7 +116,7 @@ class _Extractor:
         self.open_calls: dict[str, int] = {}
 
     def previous_summary(self, message: Message) -> None:
-        for heading, bullets in _parse_previous(unwrap_summary(message)).items():
+        for heading, bullets in parse_previous(unwrap_summary(message)).items():
             if heading == GOAL:
                 self.task_seen = True  # a later user message is not the task statement
             if heading == PENDING:
@@ -241,24 +127,24 @@ class _Extractor:
     def user(self, message: Message) -> None:
         if not self.task_seen and message.content.strip():
             self.task_seen = True
-            self.out.add(GOAL, _clip(_first_line(message.content)))
-            self.out.add(FACTS, "Task: " + _task_statement(message.content))
-        for sentence in _sentences(message.content):
-            if _CONSTRAINT.search(sentence):
-                self.out.add(FACTS, _clip(sentence))
+            self.out.add(GOAL, clip(first_line(message.content)))
+            self.out.add(FACTS, "Task: " + task_statement(message.content))
+        for sentence in sentences(message.content):
+            if CONSTRAINT.search(sentence):
+                self.out.add(FACTS, clip(sentence))
 
     def assistant(self, message: Message) -> None:
         self.last_assistant = message
-        for sentence in _sentences(message.content):
-            if _DECISION.search(sentence):
-                self.out.add(DECISIONS, _clip(sentence))
-            if _FIX.search(sentence):
-                self.errors.append("Fix: " + _clip(sentence))
+        for sentence in sentences(message.content):
+            if DECISION.search(sentence):
+                self.out.add(DECISIONS, clip(sentence))
+            if FIX.search(sentence):
+                self.errors.append("Fix: " + clip(sentence))
         for call in message.tool_calls:
-            for value in _argument_strings(call.arguments):
-                self.files.extend(_norm_path(p) for p in _PATH.findall(value))
+            for value in argument_strings(call.arguments):
+                self.files.extend(norm_path(p) for p in PATH.findall(value))
             self.open_calls[call.id] = len(self.commands)
-            self.commands.append(_call_label(call.name, call.arguments))
+            self.commands.append(call_label(call.name, call.arguments))
 
     def tool(self, message: Message) -> None:
         index = self.open_calls.pop(message.tool_call_id or "", None)
@@ -266,7 +152,7 @@ class _Extractor:
             self.commands[index] += " → " + _outcome(message.content)
         # Outputs list many files (ls, grep); only paths with a directory count there.
         self.files.extend(
-            _norm_path(p) for p in _PATH.findall(message.content) if "/" in p
+            norm_path(p) for p in PATH.findall(message.content) if "/" in p
         )
         self.errors.extend(_error_lines(message.content))
 
@@ -274,7 +160,7 @@ class _Extractor:
         out = self.out
         for index in self.open_calls.values():
             self.commands[index] += " → (no result in the folded region)"
-        out.extend(FILES, (f for f in self.files[:MAX_FILES] if f not in _NOT_FILES))
+        out.extend(FILES, (f for f in self.files[:MAX_FILES] if f not in NOT_FILES))
         out.extend(COMMANDS, self.commands[-MAX_COMMANDS:])
         out.extend(ERRORS, self.errors)
         out.items[ERRORS] = out.items[ERRORS][-MAX_ERRORS:]
@@ -283,9 +169,9 @@ class _Extractor:
         if last is not None:
             intent = [p for p in last.content.strip().split("\n\n") if p.strip()]
             if intent:
-                out.add(PENDING, _clip(intent[-1]))
+                out.add(PENDING, clip(intent[-1]))
             for call in last.tool_calls:
-                out.add(PENDING, "Last tool call: " + _call_label(call.name, call.arguments))
+                out.add(PENDING, "Last tool call: " + call_label(call.name, call.arguments))
         if not out.items[PENDING]:
             out.extend(PENDING, self.previous_pending)  # nothing newer supersedes it
         return _bound(out.items, max_chars)

@@ -9,9 +9,9 @@ propagate to the engine, which records a failed receipt and installs nothing.
 
 from __future__ import annotations
 
-from ctxfold.kernel.contracts import Provider, StrategyContext, StrategySpec
+from ctxfold.kernel.contracts import Provider
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import PROVIDER, SummarizerOptions
+from ctxfold.kernel.kinds import PROVIDER, StrategyContext, StrategySpec, SummarizerOptions
 from ctxfold.kernel.types import ChatRequest, SummaryRequest, SummaryResult
 
 

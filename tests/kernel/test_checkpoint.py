@@ -1,0 +1,78 @@
+"""Building one checkpoint: the summary request that fits, and the candidate view."""
+
+from __future__ import annotations
+
+from ctxfold.kernel import checkpoint, fold
+from ctxfold.kernel.summary import SUMMARY_INSTRUCTION_MARKER, is_summary_message
+from ctxfold.kernel.types import Message, RequestShape, ToolCall, Usage
+
+
+class Chars:
+    name = "chars"
+
+    def estimate(self, shape: RequestShape) -> int:
+        return sum(len(m.content) for m in shape.messages)
+
+    def calibrate(self, shape: RequestShape, usage: Usage) -> bool:
+        return False
+
+    def reset_calibration(self) -> None:
+        pass
+
+
+def session(sizes: list[int]) -> list[Message]:
+    out = [Message(role="system", content="s"), Message(role="user", content="task")]
+    for i, size in enumerate(sizes):
+        out.append(Message(role="assistant", content="a",
+                           tool_calls=(ToolCall(id=f"c{i}", name="bash"),)))
+        out.append(Message(role="tool", content="r" * size, tool_call_id=f"c{i}"))
+    return out
+
+
+def request(view: list[Message], plan: fold.FoldPlan, window: int):
+    return checkpoint.summary_request(view, plan, tools=(), window=window, focus=None,
+                                      cache_key="k", estimator=Chars(),
+                                      count=lambda m: len(m.content))
+
+
+def test_a_region_that_fits_is_requested_whole_as_a_cached_prefix() -> None:
+    view = session([100] * 6)
+    plan = fold.FoldPlan(head=2, end=10, tail_start=10)
+    planned = request(view, plan, window=10_000)
+    assert planned is not None and planned.plan == plan
+    sent = planned.request.messages
+    assert list(sent[:-1]) == [view[0], *view[1:10]]  # system + the region exactly as sent
+    assert sent[-1].content.startswith(SUMMARY_INSTRUCTION_MARKER)
+    assert planned.request.cache_key == "k"
+
+
+def test_a_region_too_large_folds_up_to_the_largest_safe_end() -> None:
+    view = session([1000] * 8)
+    limit = checkpoint.summary_limit(6000)
+    plan = fold.FoldPlan(head=2, end=16, tail_start=16)
+    planned = request(view, plan, window=6000)
+    assert planned is not None and planned.plan.end < 16
+    assert view[planned.plan.end].role != "tool"
+    assert Chars().estimate(RequestShape(list(planned.request.messages))) <= limit
+    longer = request(view, fold.FoldPlan(head=2, end=planned.plan.end + 2, tail_start=16),
+                     window=6000)
+    assert longer is not None and longer.plan.end == planned.plan.end  # it is the largest
+
+
+def test_a_single_message_too_large_for_any_request_is_clipped_in_the_request() -> None:
+    view = session([50_000, 10])
+    plan = fold.FoldPlan(head=2, end=4, tail_start=4)
+    planned = request(view, plan, window=20_000)
+    assert planned is not None and planned.plan.end == 4
+    clipped = planned.request.messages[3]  # system, task, call, its result, instruction
+    assert fold.CLIP_MARKER in clipped.content and len(clipped.content) < 50_000
+    assert len(view[3].content) == 50_000  # canonical keeps it
+
+
+def test_the_candidate_replaces_the_region_with_one_summary() -> None:
+    view = session([100] * 4)
+    plan = fold.FoldPlan(head=2, end=6, tail_start=6)
+    made = checkpoint.candidate(view, plan, "## Goal\n- g", projection=None, canonical=view)
+    assert made.covered_count == 6
+    assert [is_summary_message(m) for m in made.view].count(True) == 1
+    assert made.view == [*view[:2], made.body[2], *view[6:]]

@@ -1,0 +1,133 @@
+"""Compare-and-swap installs (SPEC invariant 8) and receipts, on ``Committer`` alone."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from ctxfold.kernel.commit import Committer, blocked_receipt
+from ctxfold.kernel.errors import StaleContextError
+from ctxfold.kernel.fingerprint import covered_prefix_hash
+from ctxfold.kernel.state import (
+    CacheState,
+    Receipt,
+    ReceiptAction,
+    ReceiptStatus,
+    SidecarState,
+    TelemetryRecord,
+)
+from ctxfold.kernel.types import Message
+
+CANONICAL = [Message(role="system", content="s"), Message(role="user", content="task"),
+             Message(role="assistant", content="a")]
+
+
+class Disk:
+    """An in-memory sidecar file: what ``save`` wrote, and what ``reload`` reads."""
+
+    def __init__(self) -> None:
+        self.state: SidecarState | None = None
+        self.saves = 0
+        self.fail = False
+
+    def save(self, state: SidecarState) -> None:
+        if self.fail:
+            raise OSError("disk full")
+        self.saves += 1
+        self.state = state
+
+    def reload(self) -> SidecarState | None:
+        return self.state
+
+
+def committer(disk: Disk) -> Committer:
+    return Committer(SidecarState(), save=disk.save, reload=disk.reload)
+
+
+def install(c: Committer, captured, covered: int = 2) -> Receipt:
+    return c.install(
+        captured, CANONICAL, body=[CANONICAL[0], Message(role="user", content="sum")],
+        covered_count=covered,
+        receipt=Receipt(operation_id="", status=ReceiptStatus.APPLIED,
+                        action=ReceiptAction.SUMMARY, input_hash="in"),
+        telemetry=TelemetryRecord(kind="install"), source_tokens=10, projection_tokens=5,
+    )
+
+
+def test_a_clean_install_bumps_version_and_generation_and_persists() -> None:
+    disk = Disk()
+    c = committer(disk)
+    receipt = install(c, c.capture(len(CANONICAL)))
+    assert receipt.status is ReceiptStatus.APPLIED and receipt.cache_break
+    assert (receipt.projection_version, receipt.generation) == (1, 1)
+    projection = c.state.projection
+    assert projection is not None and projection.covered_count == 2
+    assert projection.covered_prefix_hash == covered_prefix_hash(CANONICAL, 2)
+    assert disk.state == c.state and disk.saves == 1
+
+
+@pytest.mark.parametrize("moved", ["transcript", "length", "generation"])
+def test_an_install_loses_when_anything_moved_in_this_process(moved: str) -> None:
+    disk = Disk()
+    c = committer(disk)
+    captured = c.capture(len(CANONICAL))
+    if moved == "transcript":
+        c.transcript_version += 1
+    elif moved == "length":
+        captured = attrs.evolve(captured, canonical_len=captured.canonical_len - 1)
+    else:
+        c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "x", input_hash="h",
+                                 input_tokens=1))
+    saves = disk.saves
+    with pytest.raises(StaleContextError):
+        install(c, captured)
+    assert disk.saves == saves and c.state.projection is None
+
+
+def test_an_install_loses_when_another_process_committed_and_adopts_its_state() -> None:
+    disk = Disk()
+    c = committer(disk)
+    captured = c.capture(len(CANONICAL))
+    theirs = SidecarState(generation=7, prompt_cache_key="other")
+    disk.state = theirs
+    with pytest.raises(StaleContextError):
+        install(c, captured)
+    assert c.state == theirs and disk.state == theirs  # never overwritten
+
+
+def test_a_failed_sidecar_write_rolls_back_and_leaves_no_applied_receipt() -> None:
+    disk = Disk()
+    c = committer(disk)
+    disk.fail = True
+    with pytest.raises(OSError, match="disk full"):
+        install(c, c.capture(len(CANONICAL)))
+    assert c.state == SidecarState() and disk.state is None
+
+
+def test_a_repeated_failure_for_the_same_input_is_recorded_once() -> None:
+    disk = Disk()
+    c = committer(disk)
+    first = c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "why",
+                                     input_hash="h", input_tokens=3))
+    again = c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "why",
+                                     input_hash="h", input_tokens=3))
+    assert again == first and disk.saves == 1 and c.state.generation == 1
+    other = c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "why",
+                                     input_hash="h2", input_tokens=3))
+    assert other.generation == 2 and disk.saves == 2
+
+
+def test_resume_records_only_the_label() -> None:
+    disk = Disk()
+    c = committer(disk)
+    c.record_resume(CacheState.COLD)
+    assert c.state.last_cache_state is CacheState.COLD and c.state.projection is None
+    assert [t.kind for t in c.state.telemetry] == ["resume"]
+
+
+def test_rewind_drops_a_projection_that_covers_more_than_is_left() -> None:
+    disk = Disk()
+    c = committer(disk)
+    install(c, c.capture(len(CANONICAL)), covered=2)
+    c.after_rewind(CANONICAL[:1])
+    assert c.state.projection is None

@@ -1,0 +1,209 @@
+"""``prepare()``'s decisions (SPEC §3.2), on ``maintain`` over a frozen context.
+
+Each test builds a :class:`MaintenanceContext` by hand (a one-token-per-character estimator,
+an in-memory sidecar) and drives the generator, so a decision is tested without a store or a
+session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from ctxfold.kernel import maintenance
+from ctxfold.kernel.commit import Committer
+from ctxfold.kernel.errors import CompactionRequiredError, ProviderError, SummaryFailedError
+from ctxfold.kernel.operations import RESYNC, Latches, MaintenanceContext, PrepareAction
+from ctxfold.kernel.state import ReceiptStatus, SidecarState
+from ctxfold.kernel.types import (
+    Message,
+    RequestShape,
+    SummaryRequest,
+    SummaryResult,
+    ToolCall,
+    Trigger,
+    Usage,
+)
+from ctxfold.kernel.view import visible_view
+
+
+class Chars:
+    name = "chars"
+
+    def estimate(self, shape: RequestShape) -> int:
+        return sum(len(m.content) for m in shape.messages)
+
+    def calibrate(self, shape: RequestShape, usage: Usage) -> bool:
+        return False
+
+    def reset_calibration(self) -> None:
+        pass
+
+
+class NoPrune:
+    def prune(self, view: Sequence[Message]) -> tuple[list[Message], int] | None:
+        return None
+
+
+class HalveTools:
+    def prune(self, view: Sequence[Message]) -> tuple[list[Message], int] | None:
+        out = [Message(role="tool", content=m.content[: len(m.content) // 2],
+                       tool_call_id=m.tool_call_id) if m.role == "tool" else m for m in view]
+        return out, sum(1 for m in view if m.role == "tool")
+
+
+def session(rounds: int, size: int) -> list[Message]:
+    out = [Message(role="system", content="s"), Message(role="user", content="task")]
+    for i in range(rounds):
+        out.append(Message(role="assistant", content="a" * 10,
+                           tool_calls=(ToolCall(id=f"c{i}", name="bash"),)))
+        out.append(Message(role="tool", content="r" * size, tool_call_id=f"c{i}"))
+    return out
+
+
+def context(canonical: list[Message], committer: Committer, *, trigger: Trigger = "pressure",
+            window: int = 10_000, ratio: float = 0.5, turn: int = 1,
+            latches: Latches | None = None, pruner: object | None = None
+            ) -> MaintenanceContext:
+    return MaintenanceContext(
+        session_id="s", trigger=trigger, focus=None, window=window,
+        trigger_tokens=int(window * ratio), turn=turn, latches=latches or Latches(), tools=(),
+        canonical=canonical, estimator=Chars(), pruner=pruner or NoPrune(),
+        committer=committer, count=lambda m: len(m.content),
+    )
+
+
+def new_committer() -> tuple[Committer, list[SidecarState]]:
+    saved: list[SidecarState] = []
+    return Committer(SidecarState(), save=saved.append, reload=lambda: None), saved
+
+
+def run(ctx: MaintenanceContext, answers: list[SummaryResult | Exception] | None = None
+        ) -> tuple[maintenance.Outcome, list[SummaryRequest]]:
+    asked: list[SummaryRequest] = []
+    queue = list(answers or [])
+
+    def summarize(request: SummaryRequest) -> SummaryResult:
+        asked.append(request)
+        answer = queue.pop(0) if queue else SummaryResult(text="## Goal\n- g")
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    view = visible_view(ctx.committer.state.projection, ctx.canonical)
+    tokens = ctx.estimator.estimate(RequestShape(view))
+    outcome = maintenance.drive(maintenance.maintain(ctx, view, tokens), summarize,
+                                lambda: ctx.canonical)
+    return outcome, asked
+
+
+def test_below_the_trigger_nothing_is_written_and_latches_clear() -> None:
+    c, saved = new_committer()
+    latches = Latches(stuck_hash="x", failed_turn=1, summary_turn=1)
+    outcome, asked = run(context(session(3, 100), c, latches=latches))
+    assert outcome.action is PrepareAction.NONE and not asked and not saved
+    assert outcome.latches == Latches(summary_turn=1)  # the summary turn survives
+
+
+def test_prune_first_and_stop_when_it_clears_the_pressure() -> None:
+    c, saved = new_committer()
+    outcome, asked = run(context(session(10, 800), c, pruner=HalveTools()))  # 8012 → 4012
+    assert outcome.action is PrepareAction.PRUNE and outcome.pruned and not asked
+    assert outcome.tokens < 5000 and len(saved) == 1
+
+
+def test_a_fold_installs_one_checkpoint_below_the_trigger() -> None:
+    c, _saved = new_committer()
+    outcome, asked = run(context(session(10, 800), c))
+    assert outcome.action is PrepareAction.SUMMARY and len(asked) == 1
+    assert outcome.tokens < 5000 and outcome.summary_calls == 1
+    assert outcome.latches.summary_turn == 1
+
+
+def test_at_most_two_summaries_under_pressure_then_the_stuck_latch() -> None:
+    c, _saved = new_committer()
+    # 8915 tokens; the summary request limit (7244) cuts the first fold at the largest safe
+    # end, so a second fold follows. Each summary is large enough that the checkpoint stays
+    # above the trigger (5000) while still being smaller than what it replaces.
+    answers = [SummaryResult(text="x" * 2000), SummaryResult(text="y" * 4300),
+               SummaryResult(text="z" * 10)]
+    outcome, asked = run(context(session(11, 800), c), answers)
+    assert len(asked) == 2 and outcome.action is PrepareAction.SUMMARY
+    last = c.state.last_receipt
+    assert last is not None and last.status is ReceiptStatus.BLOCKED
+    assert "remains above fold trigger after 2 attempts" in last.reason
+    assert outcome.latches.stuck_hash
+
+
+def test_one_turn_never_pays_two_automatic_summaries() -> None:
+    c, _saved = new_committer()
+    outcome, asked = run(context(session(10, 800), c, latches=Latches(summary_turn=1)))
+    assert not asked and outcome.action is PrepareAction.NONE
+
+
+def test_a_failed_view_is_not_retried_in_the_same_generation() -> None:
+    c, _saved = new_committer()
+    first, asked = run(context(session(10, 800), c), [ProviderError("down")])
+    assert first.action is PrepareAction.FAILED and len(asked) == 1
+    again, asked = run(context(session(10, 800), c, turn=2, latches=first.latches))
+    assert not asked and again.action is PrepareAction.NONE
+
+
+def test_a_truncated_summary_is_blocked_and_installs_nothing() -> None:
+    c, saved = new_committer()
+    outcome, _ = run(context(session(10, 800), c),
+                     [SummaryResult(text="partial", finish_reason="length")])
+    assert outcome.action is PrepareAction.BLOCKED and c.state.projection is None
+    assert saved and all(s.projection is None for s in saved)
+
+
+def test_above_the_hard_ceiling_with_nothing_to_fold_is_an_error() -> None:
+    c, _saved = new_committer()
+    canonical = [Message(role="system", content="s"), Message(role="user", content="t" * 9900)]
+    outcome, _ = run(context(canonical, c))
+    assert isinstance(outcome.error, CompactionRequiredError)
+
+
+def test_a_manual_compaction_reports_its_summary_failure_to_the_caller() -> None:
+    c, _saved = new_committer()
+    outcome, _ = run(context(session(10, 800), c, trigger="manual"),
+                     [SummaryFailedError("empty")])
+    assert isinstance(outcome.error, SummaryFailedError)
+    assert outcome.latches.failed_turn == 1
+
+
+def test_a_lost_compare_and_swap_asks_for_the_stored_transcript() -> None:
+    appended = Message(role="user", content="from another process")
+    c, _ = new_committer()
+    canonical = session(10, 800)
+    ctx = context(canonical, c)
+    view = visible_view(None, canonical)
+    steps = maintenance.maintain(ctx, view, ctx.estimator.estimate(RequestShape(view)))
+    request = next(steps)
+    assert isinstance(request, SummaryRequest)
+    c.transcript_version += 1  # someone appended while the summary ran
+    assert steps.send(SummaryResult(text="## Goal\n- g")) is RESYNC
+    with pytest.raises(StopIteration) as stop:
+        steps.send([*canonical, appended])
+    outcome = stop.value.value
+    assert outcome.canonical is not None and outcome.canonical[-1] == appended
+    assert outcome.view[-1] == appended and outcome.action is PrepareAction.BLOCKED
+
+
+def test_the_async_driver_reaches_the_same_outcome() -> None:
+    sync_c, _ = new_committer()
+    sync_outcome, _ = run(context(session(10, 800), sync_c))
+    async_c, _ = new_committer()
+    ctx = context(session(10, 800), async_c)
+
+    async def summarize(_request: SummaryRequest) -> SummaryResult:
+        return SummaryResult(text="## Goal\n- g")
+
+    view = visible_view(None, ctx.canonical)
+    outcome = asyncio.run(maintenance.adrive(
+        maintenance.maintain(ctx, view, ctx.estimator.estimate(RequestShape(view))),
+        summarize, lambda: ctx.canonical))
+    assert (outcome.view, outcome.tokens, outcome.action) == (
+        sync_outcome.view, sync_outcome.tokens, sync_outcome.action)

@@ -1,0 +1,94 @@
+"""The public API is what ``import ctxfold`` exports: pinned, importable, and what the docs use."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import ctxfold
+
+REPO = Path(__file__).resolve().parents[1]
+
+PUBLIC = {
+    "__version__",
+    # the engine
+    "ContextManager", "open_session", "PreparedRequest", "ResumeResult",
+    # configuration
+    "load_config", "LoadedConfig", "Config",
+    # value types
+    "Message", "ToolCall", "ToolSchema", "Usage", "ChatRequest", "ChatResponse",
+    "SummaryRequest", "SummaryResult", "Projection", "Receipt", "CacheState", "SidecarState",
+    "RequestShape", "TextStats", "SseEvent", "ImportedSession", "PolicyRequest", "SummaryCall",
+    # writing plugins
+    "hookimpl", "Registry", "StrategySpec", "StrategyContext", "NoOptions", "EstimatorOptions",
+    "StoreOptions", "ProviderOptions", "SummarizerOptions", "ImporterOptions", "PolicyOptions",
+    "Estimator", "IncrementalEstimator", "Pruner", "Summarizer", "Store", "SidecarCodec",
+    "ProviderDefaults", "Provider", "StreamAssembler", "Translator", "ConfigMigration",
+    "Importer", "Policy", "TokenizerEstimator", "SessionBuilder", "import_session",
+    "HttpProvider", "build_http_provider", "ChatCompletionsTranslator",
+    # the host tool the model pages bounded tool results with
+    "USE_CAPABILITY_TOOL",
+    # OpenAI chat interop
+    "message_from_openai", "message_to_openai",
+    # the error tree
+    "CtxfoldError", "ConfigError", "ConfigSyntaxError", "PluginError", "MessageError",
+    "SessionError", "ToolResultError", "ImporterError", "StoreError", "SidecarError",
+    "SidecarVersionError", "StaleContextError", "MaintenanceError",
+    "CompactionRequiredError", "SummaryFailedError", "PolicyFailedError", "SmokeError",
+    "ProviderError", "AuthenticationError", "RateLimitError", "ContextLimitError",
+    "ServerError", "ProviderConnectionError", "ProviderTimeoutError",
+    "ProviderResponseError", "ProviderRequestError",
+}
+
+
+def test_all_is_pinned() -> None:
+    assert set(ctxfold.__all__) == PUBLIC
+
+
+def test_every_exported_name_resolves() -> None:
+    for name in ctxfold.__all__:
+        assert getattr(ctxfold, name) is not None, name
+
+
+def test_every_exception_is_under_the_root() -> None:
+    for name in ctxfold.__all__:
+        value = getattr(ctxfold, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            assert issubclass(value, ctxfold.CtxfoldError), name
+
+
+def test_every_exception_ctxfold_defines_is_under_the_root() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    seen = []
+    for info in pkgutil.walk_packages(ctxfold.__path__, "ctxfold."):
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == info.name and issubclass(cls, Exception) and not issubclass(
+                    cls, Warning):
+                seen.append(cls)
+                assert issubclass(cls, ctxfold.CtxfoldError), cls
+    assert len(seen) > 20
+
+
+def test_importing_ctxfold_stays_light() -> None:
+    code = ("import sys, ctxfold; from ctxfold import ContextManager, open_session, "
+            "load_config; heavy = [m for m in ('httpx', 'tokenizers', 'tiktoken', 'rich') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_readme_and_docs_teach_only_the_public_api() -> None:
+    texts = [REPO / "README.md", *(REPO / "docs").glob("*.md")]
+    # The emulator and the pytest fixtures are documented testing tools; everything else a
+    # reader is taught comes from ``import ctxfold``.
+    deep = re.compile(r"(?:from|import) ctxfold\.(?!emulator\b|testing\b)[\w.]+")
+    offenders = [f"{p.name}: {m.group(0)}" for p in texts for m in deep.finditer(p.read_text())
+                 if p.name != "architecture.md"]
+    assert offenders == []
