@@ -58,16 +58,16 @@ def _skip(ctx: MaintenanceContext, run: Run) -> bool:
 def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maintenance:
     """The body of ``prepare()`` (SPEC §3.2) over ``view`` and its estimate ``tokens``."""
     run = Run(ctx, view, tokens)
-    trigger, fold_at, hard = ctx.trigger, ctx.trigger_tokens, ctx.hard_ceiling
+    trigger, trigger_tokens, hard = ctx.trigger, ctx.trigger_tokens, ctx.hard_ceiling
     if trigger == "pressure":
-        if run.tokens < fold_at:
+        if run.tokens < trigger_tokens:
             run.latches = run.latches.cleared()
             return run.outcome()
         if _skip(ctx, run):
             return run.outcome()
     must_free = trigger == "overflow" or run.tokens >= hard
     if (trigger != "manual" or run.tokens >= hard) and (yield from run.prune()) and (
-        (trigger == "pressure" and run.tokens < fold_at)
+        (trigger == "pressure" and run.tokens < trigger_tokens)
         or (trigger != "pressure" and run.tokens < hard)
     ):
         return run.outcome()
@@ -85,11 +85,11 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
             return run.outcome(error=exc)
         if result is not FoldResult.INSTALLED:
             break
-        if run.tokens < fold_at or (trigger != "pressure" and run.tokens < hard):
+        if run.tokens < trigger_tokens or (trigger != "pressure" and run.tokens < hard):
             run.latches = run.latches.cleared()
             return run.outcome()
         must_free = trigger == "overflow" or run.tokens >= hard
-    if result is FoldResult.INSTALLED and run.tokens >= fold_at:
+    if result is FoldResult.INSTALLED and run.tokens >= trigger_tokens:
         run.receipt(ReceiptStatus.BLOCKED, ABOVE_TRIGGER.format(n=run.summary_calls),
                     ReceiptAction.SUMMARY)
         run.latches = attrs.evolve(run.latches, stuck_hash=run.input_hash())
