@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 PUBLIC = {
     "__version__",
     # the engine
-    "ContextManager", "open_session", "PreparedRequest", "ResumeResult",
+    "ContextManager", "open_session", "create_provider", "PreparedRequest", "ResumeResult",
+    "UsageObservation",
     # configuration
     "load_config", "LoadedConfig", "Config",
     # value types
@@ -24,8 +25,9 @@ PUBLIC = {
     # writing plugins
     "hookimpl", "Registry", "StrategySpec", "StrategyContext", "NoOptions", "EstimatorOptions",
     "StoreOptions", "ProviderOptions", "SummarizerOptions", "ImporterOptions", "PolicyOptions",
-    "Estimator", "IncrementalEstimator", "Pruner", "Summarizer", "Store", "SidecarCodec",
-    "ProviderDefaults", "Provider", "StreamAssembler", "Translator", "ConfigMigration",
+    "Estimator", "IncrementalEstimator", "Pruner", "Summarizer", "AsyncSummarizer", "Store",
+    "SidecarCodec", "ProviderDefaults", "Provider", "AsyncProvider", "StreamAssembler",
+    "Translator", "ConfigMigration",
     "Importer", "Policy", "TokenizerEstimator", "SessionBuilder", "import_session",
     "HttpProvider", "build_http_provider", "ChatCompletionsTranslator",
     # the host tool the model pages bounded tool results with
@@ -36,7 +38,8 @@ PUBLIC = {
     "CtxfoldError", "ConfigError", "ConfigSyntaxError", "PluginError", "MessageError",
     "SessionError", "ToolResultError", "ImporterError", "StoreError", "SidecarError",
     "SidecarVersionError", "StaleContextError", "MaintenanceError",
-    "CompactionRequiredError", "SummaryFailedError", "PolicyFailedError", "SmokeError",
+    "CompactionRequiredError", "SummaryFailedError", "SummarizerError", "PolicyFailedError",
+    "SmokeError",
     "ProviderError", "AuthenticationError", "RateLimitError", "ContextLimitError",
     "ServerError", "ProviderConnectionError", "ProviderTimeoutError",
     "ProviderResponseError", "ProviderRequestError",

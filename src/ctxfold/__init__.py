@@ -20,7 +20,7 @@ _ERRORS = (
     "CtxfoldError", "ConfigError", "ConfigSyntaxError", "PluginError", "MessageError",
     "SessionError", "ToolResultError", "ImporterError", "StoreError", "SidecarError",
     "SidecarVersionError", "StaleContextError", "MaintenanceError", "CompactionRequiredError",
-    "SummaryFailedError", "PolicyFailedError", "SmokeError", "ProviderError",
+    "SummaryFailedError", "SummarizerError", "PolicyFailedError", "SmokeError", "ProviderError",
     "AuthenticationError", "RateLimitError", "ContextLimitError", "ServerError",
     "ProviderConnectionError", "ProviderTimeoutError", "ProviderResponseError",
     "ProviderRequestError",
@@ -30,15 +30,17 @@ _KINDS = (
     "ProviderOptions", "SummarizerOptions", "ImporterOptions", "PolicyOptions",
 )
 _CONTRACTS = (
-    "Estimator", "IncrementalEstimator", "Pruner", "Summarizer", "Store", "SidecarCodec",
-    "ProviderDefaults", "Provider", "StreamAssembler", "Translator", "ConfigMigration",
-    "Importer", "Policy",
+    "Estimator", "IncrementalEstimator", "Pruner", "Summarizer", "AsyncSummarizer", "Store",
+    "SidecarCodec", "ProviderDefaults", "Provider", "AsyncProvider", "StreamAssembler",
+    "Translator", "ConfigMigration", "Importer", "Policy",
 )
 _EXPORTS = {
     **dict.fromkeys(_ERRORS, "ctxfold.kernel.errors"),
     "ContextManager": "ctxfold.engine.manager",
     "open_session": "ctxfold.engine.opening",
-    "ResumeResult": "ctxfold.engine.manager",
+    "create_provider": "ctxfold.engine.opening",
+    "ResumeResult": "ctxfold.engine.prepared",
+    "UsageObservation": "ctxfold.engine.prepared",
     "PreparedRequest": "ctxfold.engine.prepared",
     "load_config": "ctxfold.config.load",
     "LoadedConfig": "ctxfold.config.load",
@@ -83,13 +85,15 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 if TYPE_CHECKING:  # pragma: no cover
     from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
     from ctxfold.config.load import LoadedConfig, load_config
-    from ctxfold.engine.manager import ContextManager, ResumeResult
-    from ctxfold.engine.opening import open_session
-    from ctxfold.engine.prepared import PreparedRequest
+    from ctxfold.engine.manager import ContextManager
+    from ctxfold.engine.opening import create_provider, open_session
+    from ctxfold.engine.prepared import PreparedRequest, ResumeResult, UsageObservation
     from ctxfold.importing import SessionBuilder, import_session
     from ctxfold.interop.chat import message_from_openai, message_to_openai
     from ctxfold.kernel.config import Config
     from ctxfold.kernel.contracts import (
+        AsyncProvider,
+        AsyncSummarizer,
         ConfigMigration,
         Estimator,
         Importer,
@@ -129,6 +133,7 @@ if TYPE_CHECKING:  # pragma: no cover
         SmokeError,
         StaleContextError,
         StoreError,
+        SummarizerError,
         SummaryFailedError,
         ToolResultError,
     )

@@ -121,7 +121,7 @@ def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         (
             "role.json",
             '[{"role": "user"}, {"role": "wizard", "content": "x"}]',
-            "[1]: unknown role",
+            "[1]: role: unknown role",
         ),
         ("scalar.json", "42", "unknown transcript format"),
     ],

@@ -348,7 +348,7 @@ def test_append_refuses_what_the_transcript_could_not_load(open_session) -> None
     cm = open_session()
     with pytest.raises(MessageError, match="tool_call_id must be a string"):
         message_from_openai({"role": "tool", "content": "ok", "tool_call_id": 7})
-    with pytest.raises(MessageError, match="local_only must be true or false"):
+    with pytest.raises(MessageError, match="local_only: must be true or false"):
         message_from_openai({"role": "user", "content": "x", "local_only": "false"})
     with pytest.raises(MessageError, match="nothing was appended"):
         cm.append(Message(role="user", content="fine"),

@@ -67,15 +67,21 @@ def test_openai_dict_forms() -> None:
         "tool_calls": [{"id": "c", "type": "function",
                         "function": {"name": "f", "arguments": {"x": 1}}}],
     })
-    assert m.content == "a\nb"
+    # Parts are kept as given (not joined: that changed the host's bytes); text reads them.
+    assert m.content == "" and m.text == "a\nb"
+    assert m.parts == ('{"type":"text","text":"a"}', '{"type":"text","text":"b"}')
     assert m.tool_calls == (ToolCall(id="c", name="f", arguments='{"x":1}'),)
-    assert message_from_openai({"role": "developer", "content": "s"}).role == "system"
+    developer = message_from_openai({"role": "developer", "content": "s"})
+    assert developer.role == "system" and message_to_openai(developer)["role"] == "developer"
+    flat = message_from_openai({"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+                               lossless=False)
+    assert flat.content == "a" and not flat.parts
 
 
 @pytest.mark.parametrize(
     ("data", "reason"),
     [({"role": "wizard"}, "unknown role"), ("text", "expected an object"),
-     ({"role": "user", "content": 5}, "content must be"),
+     ({"role": "user", "content": 5}, r"messages\[3\]\.content: must be"),
      ({"role": "assistant", "tool_calls": [{"id": "c"}]}, "missing 'function'")],
 )
 def test_bad_dicts_name_the_problem(data, reason) -> None:

@@ -9,6 +9,7 @@ mapping and overflow handling of that provider run end to end.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,7 +21,7 @@ from ctxfold.emulator.profiles import PROVIDER_DEFAULTS
 from ctxfold.emulator.script import ReplySpec
 from ctxfold.emulator.server import Emulator
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import Provider, ProviderDefaults
+from ctxfold.kernel.contracts import AsyncProvider, Provider, ProviderDefaults
 from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PROVIDER, ProviderOptions, StrategyContext, StrategySpec
@@ -55,6 +56,18 @@ class EmulatedProvider:
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         return self.inner.complete(request)
+
+    async def acomplete(self, request: ChatRequest) -> ChatResponse:
+        inner = self.inner
+        if isinstance(inner, AsyncProvider):
+            return await inner.acomplete(request)
+        return await asyncio.to_thread(inner.complete, request)
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.inner, "aclose", None)
+        if callable(aclose):
+            await aclose()
+        self.close()
 
     def body(self, request: ChatRequest) -> Any:
         return self.inner.body(request)  # type: ignore[attr-defined]

@@ -91,7 +91,7 @@ def parse_chat(profile: Profile, body: Mapping[str, Any]) -> ParsedRequest:
     if not isinstance(raw_messages, list) or not raw_messages:
         raise bad("messages must be a non-empty list of message objects", "messages")
     try:
-        messages = tuple(message_from_openai(m, where=f"messages[{i}]")
+        messages = tuple(message_from_openai(m, where=f"messages[{i}]", lossless=False)
                          for i, m in enumerate(raw_messages))
         tools = tuple(tool_schema_from_openai(t) for t in body.get("tools") or ())
     except (MessageError, AttributeError, TypeError) as exc:

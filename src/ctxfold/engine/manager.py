@@ -10,6 +10,7 @@ applied here; everything else only reads, appends, or records statistics.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections.abc import Sequence
@@ -19,8 +20,17 @@ import attrs
 
 from ctxfold.capabilities.tool import handle_use_capability
 from ctxfold.engine import turn as turns
-from ctxfold.engine.parts import LoadedSession, SessionParts, load_session
-from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.engine.parts import LoadedSession, SessionParts, load_session, with_model
+from ctxfold.engine.prepared import (
+    COLD_RESUME_NOTICE,
+    PreparedRequest,
+    ResumeResult,
+    UsageObservation,
+    calibration_refusal,
+)
+from ctxfold.engine.summarizing import asummarize
+from ctxfold.interop.coerce import to_messages
+from ctxfold.interop.usage import usage_from
 from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.config import Config
@@ -41,23 +51,17 @@ from ctxfold.kernel.types import (
 )
 from ctxfold.kernel.view import ViewTracker, message_counter, visible_view
 
-COLD_RESUME_NOTICE = "history kept; compaction deferred until context pressure"
-
-
-@attrs.frozen
-class ResumeResult:
-    """The cache-state label of a resumed session (SPEC §3.8)."""
-
-    cache_state: CacheState
-    idle_seconds: float | None
-    notice: str = ""
-
 
 class ContextManager:
     """Maintains one session's context. Get one with :func:`ctxfold.open_session`."""
 
     def __init__(self, parts: SessionParts, loaded: LoadedSession) -> None:
         self._parts = parts
+        self.session_id: str = parts.session_id
+        self.store: Store = parts.store
+        self.estimator: Estimator = parts.estimator
+        self.pruner: Pruner = parts.pruner
+        self.summarizer: Summarizer = parts.summarizer
         self._canonical = loaded.canonical
         self._committer = loaded.committer
         self.notices: list[str] = list(loaded.notices)
@@ -73,31 +77,12 @@ class ContextManager:
         self._views = ViewTracker(parts.estimator)
         self._count = message_counter(parts.estimator)
         self._lock = threading.RLock()
+        self._alock = asyncio.Lock()
         # A turn is one model request: it ends when the assistant's answer is appended.
         self._turn = sum(1 for m in self._canonical if m.role == "assistant")
         self._last_shape: RequestShape | None = None
 
     # -- parts and state ---------------------------------------------------------------------
-
-    @property
-    def session_id(self) -> str:
-        return self._parts.session_id
-
-    @property
-    def store(self) -> Store:
-        return self._parts.store
-
-    @property
-    def estimator(self) -> Estimator:
-        return self._parts.estimator
-
-    @property
-    def pruner(self) -> Pruner:
-        return self._parts.pruner
-
-    @property
-    def summarizer(self) -> Summarizer:
-        return self._parts.summarizer
 
     @property
     def canonical(self) -> tuple[Message, ...]:
@@ -149,15 +134,20 @@ class ContextManager:
 
     # -- appending ---------------------------------------------------------------------------
 
-    def append(self, *messages: Message) -> None:
+    def append(self, *messages: Any) -> None:
         """Append messages to the canonical transcript as one batch (tool results bounded at
-        creation). A malformed message raises :class:`MessageError` and nothing is appended."""
-        for i, message in enumerate(messages):
-            try:
-                check_message(message, where=f"session {self.session_id!r}: append #{i}")
-            except MessageError as exc:
-                raise MessageError(f"{exc}; nothing was appended") from None
-        batch = [bound_new_message(m) for m in messages]
+        creation). Each may be a :class:`Message`, an OpenAI chat message dict, a Responses
+        input item or an OpenAI SDK message object; content parts are kept exactly as given.
+        A malformed message raises :class:`MessageError` naming its index and field, and
+        nothing is appended."""
+        where = f"session {self.session_id!r}: append"
+        try:
+            converted = to_messages(messages, where=where)
+            for i, message in enumerate(converted):
+                check_message(message, where=f"{where}[{i}]")
+        except MessageError as exc:
+            raise MessageError(f"{exc}; nothing was appended") from None
+        batch = [bound_new_message(m) for m in converted]
         with self._lock:
             self.store.append(self.session_id, batch)
             self._canonical.extend(batch)
@@ -222,28 +212,48 @@ class ContextManager:
         """Manual checkpoint (``/compact [focus]``)."""
         return self.prepare("manual", focus)
 
-    def observe_usage(self, usage: Usage) -> bool:
+    async def aprepare(
+        self, trigger: Trigger = "pressure", focus: str | None = None
+    ) -> PreparedRequest:
+        """:meth:`prepare` for an event loop: the same rules and invariants, the summary
+        awaited (an async ``summarize`` callable, or a sync summarizer in a worker thread)."""
+        async with self._alock:
+            steps = self._maintenance(trigger, focus)
+            outcome = await maintenance.adrive(
+                steps, lambda request: asummarize(self.summarizer, request), self._reread)
+            with self._lock:
+                return self._apply(outcome)
+
+    async def acompact(self, focus: str | None = None) -> PreparedRequest:
+        """:meth:`compact` for an event loop."""
+        return await self.aprepare("manual", focus)
+
+    def observe_usage(self, usage: Any) -> UsageObservation:
         """Record provider usage for statistics and calibrate the estimator from it.
 
-        Never writes the sidecar or the transcript. Returns True if calibration accepted it.
+        ``usage`` may be a :class:`Usage`, a chat-completions or Responses usage dict, or the
+        OpenAI SDK's usage object. Never writes the sidecar or the transcript. The result is
+        true when calibration accepted it; its ``reason`` says why it did not.
         """
-        self.last_usage = usage
-        self._committer.observe_cache(usage)
+        observed, why = usage_from(usage)
+        if observed is None:
+            return UsageObservation(False, f"ignored: {why}")
+        self.last_usage = observed
+        self._committer.observe_cache(observed)
         if self._last_shape is None:
-            return False
-        return self.estimator.calibrate(self._last_shape, usage)
+            return UsageObservation(False, "recorded; no request was prepared yet, so there "
+                                           "is nothing to calibrate against")
+        if self.estimator.calibrate(self._last_shape, observed):
+            return UsageObservation(True, "recorded and calibrated")
+        return UsageObservation(False, calibration_refusal(observed))
 
     def set_model(self, model: str) -> None:
         """Switch model: calibration is a property of the tokenizer, so it is reset."""
         self.estimator.reset_calibration()
-        self.config = attrs.evolve(
-            self.config, provider=attrs.evolve(self.config.provider, model=model)
-        )
-        # The key is workspace | branch | model (SPEC §3.8): a new model is a new cache.
-        workspace, branch, _old = ([*self.state.prompt_cache_key.split("|"), "", "", ""])[:3]
-        self._committer.state = attrs.evolve(
-            self.state, prompt_cache_key=f"{workspace}|{branch}|{model}"
-        )
+        self.config = attrs.evolve(self.config,
+                                   provider=attrs.evolve(self.config.provider, model=model))
+        key = with_model(self.state.prompt_cache_key, model)  # a new model is a new cache
+        self._committer.state = attrs.evolve(self.state, prompt_cache_key=key)
 
     def use_capability(self, arguments: Any) -> str:
         """Answer a model's ``use_capability`` tool call from this session's own transcript
@@ -251,11 +261,11 @@ class ContextManager:
         return handle_use_capability(self._canonical, arguments)
 
     def prune_stale_tool_results(self) -> int:
-        """Compatibility no-op (origin §3.4): pruning only happens under pressure. Returns 0."""
+        """Compatibility no-op: pruning only happens under pressure. Returns 0."""
         return 0
 
     def snip_stale_tool_results(self) -> int:
-        """Compatibility no-op (origin §3.4): snipping is retired. Returns 0."""
+        """Compatibility no-op: snipping is retired. Returns 0."""
         return 0
 
     # -- one model turn ----------------------------------------------------------------------
@@ -272,29 +282,29 @@ class ContextManager:
 
     def _learn(self, step: turns.Learn) -> None:
         """Learn the window (effective = min(configured, learned)) and calibrate."""
-        if step.window > 0:
-            self.learned_window = min(self.learned_window or step.window, step.window)
-        if step.prompt_tokens > 0:
-            shape = RequestShape(list(step.request.messages), step.request.tools)
-            self.estimator.calibrate(shape, Usage(prompt_tokens=step.prompt_tokens))
+        self.learned_window = turns.learn(step, self.learned_window, self.estimator)
 
     def _before_request(self, provider: Provider, request: ChatRequest) -> None:
-        body_of = getattr(provider, "body", None)
-        body = body_of(request) if callable(body_of) else {"messages": request.messages}
-        hooks = self._committer.hooks
-        if hooks is not None:
-            hooks.ctxfold_before_request(session_id=self.session_id, request=body)
+        turns.before_request(self._committer.hooks, self.session_id, provider, request)
 
     def complete(self, provider: Provider, *, max_output_tokens: int | None = None) -> ChatResponse:
         """Prepare, send to ``provider``, recover from overflow (SPEC §3.6), append the reply
         and observe its usage."""
-
-        def send(request: ChatRequest) -> ChatResponse:
-            self._before_request(provider, request)
-            return provider.complete(request)
-
         response = turns.drive(turns.turn(self._turn_context(max_output_tokens)),
-                               send=send, prepare=self.prepare, learn=self._learn)
+                               provider=provider, observe=self._before_request,
+                               prepare=self.prepare, learn=self._learn)
+        self.append(response.message)
+        self.observe_usage(response.usage)
+        return response
+
+    async def acomplete(
+        self, provider: Provider, *, max_output_tokens: int | None = None
+    ) -> ChatResponse:
+        """:meth:`complete` for an event loop (an async provider is awaited, a sync one runs
+        in a worker thread)."""
+        response = await turns.adrive(turns.turn(self._turn_context(max_output_tokens)),
+                                      provider=provider, observe=self._before_request,
+                                      prepare=self.aprepare, learn=self._learn)
         self.append(response.message)
         self.observe_usage(response.usage)
         return response
@@ -328,4 +338,4 @@ class ContextManager:
         return ContextManager(parts, load_session(parts, create=False))
 
 
-__all__ = ["ContextManager", "ResumeResult"]
+__all__ = ["ContextManager", "ResumeResult", "UsageObservation"]

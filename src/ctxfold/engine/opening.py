@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from ctxfold.config.load import LoadedConfig
 from ctxfold.engine.manager import ContextManager
 from ctxfold.engine.parts import build_parts, load_session
+from ctxfold.engine.summarizing import SummarizeFn
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
+from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import ToolSchema
 
@@ -15,8 +19,8 @@ from ctxfold.kernel.types import ToolSchema
 def open_session(
     session_id: str,
     *,
-    config: Config | None = None,
-    tools: Sequence[ToolSchema] = (),
+    config: Config | LoadedConfig | None = None,
+    tools: Sequence[ToolSchema | Mapping[str, Any]] = (),
     create: bool = True,
     registry: Registry | None = None,
     store_path: str | None = None,
@@ -24,6 +28,7 @@ def open_session(
     estimator: Estimator | None = None,
     pruner: Pruner | None = None,
     summarizer: Summarizer | None = None,
+    summarize: SummarizeFn | None = None,
     provider: Provider | None = None,
     window: int | None = None,
     cache_ttl_minutes: int | None = None,
@@ -32,16 +37,38 @@ def open_session(
 ) -> ContextManager:
     """Open (or create) session ``session_id`` with the strategies named in ``config``.
 
+    ``config`` is a :class:`~ctxfold.Config` or what :func:`ctxfold.load_config` returned.
     Every strategy comes from the registry by its name in ``config`` unless passed here
-    (``store``, ``estimator``, ``pruner``, ``summarizer``). ``provider`` is the provider the
-    ``llm`` summarizer talks to (default: the configured one, built on first use). ``window``
-    and ``cache_ttl_minutes`` override the provider's declared values; ``clock`` and
-    ``workspace`` (the first part of the prompt-cache key) are seams for tests and hosts.
+    (``store``, ``estimator``, ``pruner``, ``summarizer``). ``summarize`` is the host's own
+    summary function (sync or async; it gets the :class:`~ctxfold.SummaryRequest` and returns
+    the briefing text). ``provider`` is the provider the ``llm`` summarizer talks to (default:
+    the configured one, built on first use — never the loopback emulator unless passed here).
+    ``tools`` may be :class:`~ctxfold.ToolSchema` objects or OpenAI tool dicts. ``window`` and
+    ``cache_ttl_minutes`` override the provider's declared values; ``clock`` and ``workspace``
+    (the first part of the prompt-cache key) are seams for tests and hosts.
     """
+    if isinstance(config, LoadedConfig):
+        config = config.config
     built = build_parts(
         session_id, config=config or Config(), registry=registry, tools=tools,
         store_path=store_path, store=store, estimator=estimator, pruner=pruner,
-        summarizer=summarizer, provider=provider, window=window,
+        summarizer=summarizer, summarize=summarize, provider=provider, window=window,
         cache_ttl_minutes=cache_ttl_minutes, clock=clock, workspace=workspace,
     )
     return ContextManager(built, load_session(built, create=create))
+
+
+def create_provider(
+    config: Config | LoadedConfig | None = None,
+    *,
+    registry: Registry | None = None,
+    options: ProviderOptions | None = None,
+) -> Provider:
+    """The provider ``[provider] name`` selects (default: the loopback emulator), ready for
+    ``cm.complete(provider)``; close it with ``provider.close()`` or a ``with`` block."""
+    if isinstance(config, LoadedConfig):
+        config = config.config
+    config = config or Config()
+    registry = registry or Registry.from_config(config)
+    return registry.create(PROVIDER, config.provider.name,
+                           config=registry.resolve_provider(config), options=options)

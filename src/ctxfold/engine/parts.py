@@ -13,13 +13,21 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
+from ctxfold.engine.summarizing import (
+    CallableSummarizer,
+    SummarizeFn,
+    asummarize,
+    refuse_emulator_summaries,
+)
+from ctxfold.interop.coerce import to_tools
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, SidecarCodec, Store, Summarizer
-from ctxfold.kernel.errors import CtxfoldError, SessionError
+from ctxfold.kernel.errors import ConfigError, CtxfoldError, SessionError
 from ctxfold.kernel.kinds import (
     ESTIMATOR,
     PRUNER,
@@ -42,6 +50,12 @@ def prompt_cache_key(config: Config, session_id: str, workspace: str | None = No
     return f"{workspace}|{session_id}|{config.provider.model}"
 
 
+def with_model(key: str, model: str) -> str:
+    """``key`` with its model part replaced: ``workspace | branch | model``."""
+    workspace, branch, _old = ([*key.split("|"), "", "", ""])[:3]
+    return f"{workspace}|{branch}|{model}"
+
+
 class LazySummarizer:
     """Builds the configured summarizer on first use, so opening a session never builds a
     provider client that maintenance may not need."""
@@ -53,13 +67,19 @@ class LazySummarizer:
         self._built: Summarizer | None = None
         registry.get(SUMMARIZER, config.summarizer.name)  # unknown names fail at open
 
-    def summarize(self, request: SummaryRequest) -> SummaryResult:
+    def _summarizer(self) -> Summarizer:
         if self._built is None:
             self._built = self._registry.create(
                 SUMMARIZER, self._config.summarizer.name, config=self._config,
                 options=self._options,
             )
-        return self._built.summarize(request)
+        return self._built
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        return self._summarizer().summarize(request)
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        return await asummarize(self._summarizer(), request)
 
 
 @attrs.frozen
@@ -86,12 +106,13 @@ def build_parts(
     *,
     config: Config,
     registry: Registry | None = None,
-    tools: Sequence[ToolSchema] = (),
+    tools: Sequence[Any] = (),
     store_path: str | None = None,
     store: Store | None = None,
     estimator: Estimator | None = None,
     pruner: Pruner | None = None,
     summarizer: Summarizer | None = None,
+    summarize: SummarizeFn | None = None,
     provider: Provider | None = None,
     window: int | None = None,
     cache_ttl_minutes: int | None = None,
@@ -100,10 +121,17 @@ def build_parts(
 ) -> SessionParts:
     """Select every strategy of a session. Explicit parts win over the config's names; a
     passed ``provider`` is the one the ``llm`` summarizer uses and, when the config leaves
-    the cache TTL unset, the one whose TTL labels a resume."""
+    the cache TTL unset, the one whose TTL labels a resume. ``summarize`` is the host's own
+    summary function. ``tools`` may be :class:`ToolSchema` objects or OpenAI tool dicts."""
     session_id = validate_session_id(session_id)
     registry = registry or Registry.from_config(config)
     resolved = registry.resolve_provider(config)
+    if summarize is not None:
+        if summarizer is not None:
+            raise ConfigError("pass either summarizer= or summarize=, not both")
+        summarizer = CallableSummarizer(summarize)
+    if summarizer is None and provider is None:
+        refuse_emulator_summaries(resolved)
     own = getattr(provider, "cache_ttl_minutes", 0)  # a provider knows its own cache
     ttl = cache_ttl_minutes or (
         own if not config.provider.cache_ttl_minutes and isinstance(own, int) and own > 0
@@ -121,7 +149,7 @@ def build_parts(
         pruner=pruner or registry.create(PRUNER, resolved.pruner.name, config=resolved),
         summarizer=summarizer or LazySummarizer(registry, resolved,
                                                 SummarizerOptions(provider=provider)),
-        tools=tuple(tools),
+        tools=to_tools(tools),
         window=window or resolved.provider.context_window,
         cache_ttl_minutes=ttl,
         clock=clock or time.time,

@@ -1,11 +1,18 @@
-"""What ``prepare()`` returns: the request to send now."""
+"""What the ContextManager's methods return: the request to send, a resume label, a usage
+observation."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import attrs
 
+from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
+from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.operations import PrepareAction
-from ctxfold.kernel.types import Message, ToolSchema
+from ctxfold.kernel.state import CacheState
+from ctxfold.kernel.types import Message, ToolSchema, Usage
 
 
 @attrs.frozen
@@ -26,3 +33,58 @@ class PreparedRequest:
     action: PrepareAction = PrepareAction.NONE
     #: Whether this prepare() installed a prune (possibly followed by a summary).
     pruned: bool = False
+
+    def to_openai(self) -> dict[str, Any]:
+        """The chat-completions ``messages`` (and ``tools`` when there are any), ready to send
+        with the OpenAI SDK: ``client.chat.completions.create(model=..., **p.to_openai())``.
+        Only provider-visible fields; content parts exactly as the host gave them."""
+        payload: dict[str, Any] = {"messages": to_openai_messages(self.messages)}
+        if self.tools:
+            payload["tools"] = [tool_schema_to_openai(t) for t in self.tools]
+        return payload
+
+    def to_responses(self) -> dict[str, Any]:
+        """The Responses ``input`` (and ``tools``), ready to send:
+        ``client.responses.create(model=..., **p.to_responses())``."""
+        payload: dict[str, Any] = {"input": input_items(self.messages)}
+        if self.tools:
+            payload["tools"] = [tool_item(t) for t in self.tools]
+        return payload
+
+
+def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Provider-visible chat dicts of ``messages`` (``local_only`` ones skipped)."""
+    return [message_to_openai(m, local_fields=False) for m in messages if not m.local_only]
+
+
+COLD_RESUME_NOTICE = "history kept; compaction deferred until context pressure"
+
+
+@attrs.frozen
+class UsageObservation:
+    """What ``observe_usage`` did: ``calibrated`` (also its truth value) and why."""
+
+    calibrated: bool
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.calibrated
+
+
+def calibration_refusal(usage: Usage) -> str:
+    """Why an estimator declined to calibrate from ``usage`` (SPEC §3.1)."""
+    if usage.estimated or usage.aggregated:
+        return "recorded; not calibrated: the counts are estimated or summed over requests"
+    return (f"recorded; the estimator declined to calibrate from {usage.prompt_tokens} prompt "
+            "tokens (the built-in estimators ignore prompts under 256 tokens and counts "
+            "outside 0.05–2 tokens per character of the prepared request, which belong to "
+            "another request)")
+
+
+@attrs.frozen
+class ResumeResult:
+    """The cache-state label of a resumed session (SPEC §3.8)."""
+
+    cache_state: CacheState
+    idle_seconds: float | None
+    notice: str = ""

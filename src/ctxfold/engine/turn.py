@@ -13,14 +13,17 @@ yields :class:`Send` (and is sent the :class:`~ctxfold.kernel.types.ChatResponse
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any
 
 import attrs
 
 from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.kernel.contracts import AsyncProvider, Estimator, Provider
 from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError
 from ctxfold.kernel.fold import PROTOCOL_RESERVE
-from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, Trigger
+from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, RequestShape, Trigger, Usage
 
 #: Output room that must remain for a clip-and-retry to make sense (origin §3.10).
 OUTPUT_RESERVE = 8192
@@ -134,11 +137,12 @@ def learned_window(ctx: TurnContext, request: ChatRequest, exc: ContextLimitErro
 def drive(
     steps: TurnSteps,
     *,
-    send: Callable[[ChatRequest], ChatResponse],
+    provider: Provider,
+    observe: Callable[[Provider, ChatRequest], None],
     prepare: Callable[[Trigger], PreparedRequest],
     learn: Callable[[Learn], None],
 ) -> ChatResponse:
-    """Run :func:`turn` against a synchronous provider."""
+    """Run :func:`turn` against ``provider``; ``observe`` sees each request before it goes."""
     answer: object = None
     error: ContextLimitError | None = None
     while True:
@@ -149,11 +153,67 @@ def drive(
             return response
         answer, error = None, None
         if isinstance(step, Send):
+            observe(provider, step.request)
             try:
-                answer = send(step.request)
+                answer = provider.complete(step.request)
             except ContextLimitError as exc:
                 error = exc
         elif isinstance(step, Prepare):
             answer = prepare(step.trigger)
         else:
             learn(step)
+
+
+async def adrive(
+    steps: TurnSteps,
+    *,
+    provider: Provider,
+    observe: Callable[[Provider, ChatRequest], None],
+    prepare: Callable[[Trigger], Awaitable[PreparedRequest]],
+    learn: Callable[[Learn], None],
+) -> ChatResponse:
+    """:func:`drive` for an event loop: an :class:`AsyncProvider` is awaited, a plain
+    provider runs in a worker thread."""
+    answer: object = None
+    error: ContextLimitError | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(answer)
+        except StopIteration as stop:
+            response: ChatResponse = stop.value
+            return response
+        answer, error = None, None
+        if isinstance(step, Send):
+            observe(provider, step.request)
+            try:
+                if isinstance(provider, AsyncProvider):
+                    answer = await provider.acomplete(step.request)
+                else:
+                    answer = await asyncio.to_thread(provider.complete, step.request)
+            except ContextLimitError as exc:
+                error = exc
+        elif isinstance(step, Prepare):
+            answer = await prepare(step.trigger)
+        else:
+            learn(step)
+
+
+def learn(step: Learn, learned_window: int | None, estimator: Estimator) -> int | None:
+    """The learned window after ``step`` (effective = min(configured, learned)); the
+    estimator is calibrated from the prompt tokens the error reported."""
+    if step.prompt_tokens > 0:
+        shape = RequestShape(list(step.request.messages), step.request.tools)
+        estimator.calibrate(shape, Usage(prompt_tokens=step.prompt_tokens))
+    if step.window > 0:
+        return min(learned_window or step.window, step.window)
+    return learned_window
+
+
+def before_request(hooks: Any, session_id: str, provider: Provider, request: ChatRequest
+                   ) -> None:
+    """Call the ``ctxfold_before_request`` observers with the body about to be sent."""
+    if hooks is None:
+        return
+    body_of = getattr(provider, "body", None)
+    body = body_of(request) if callable(body_of) else {"messages": request.messages}
+    hooks.ctxfold_before_request(session_id=session_id, request=body)

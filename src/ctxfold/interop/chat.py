@@ -1,8 +1,12 @@
-"""OpenAI chat-completions format: message and tool-schema dicts to ctxfold values and back.
+"""OpenAI chat-completions format: message and tool dicts to ctxfold values and back.
 
 :func:`message_from_openai` / :func:`message_to_openai` translate OpenAI chat-format message
-dicts, losslessly for the fields ctxfold knows; :func:`tool_schema_from_openai` /
-:func:`tool_schema_to_openai` do the same for function tools.
+dicts without loss: content given as a list of parts (text, ``image_url``, ``input_audio``,
+``file``, or Responses input parts) is kept part by part as the exact JSON the host gave and
+sent back exactly; fields ctxfold has no name for, a ``developer`` role and a ``null`` or
+absent ``content`` are kept too. Values come back equal, and the parts byte-identical; the key
+order of a whole message follows OpenAI's field order. :func:`tool_schema_from_openai` /
+:func:`tool_schema_to_openai` do the same for function tools (chat or Responses form).
 """
 
 from __future__ import annotations
@@ -15,9 +19,22 @@ from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema
 
+#: Top-level keys of a chat message that map to a :class:`Message` field.
+KNOWN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name",
+                        "reasoning_content"})
+#: ctxfold's own local fields, read back so :func:`message_to_openai` output round-trips.
+LOCAL_KEYS = ("raw_content", "origin", "local_only", "partial", "created_at", "id")
+ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, non-ASCII kept: how parts and unnamed fields are stored."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
 
 def join_text_parts(parts: list[Any]) -> str:
-    """Join the text of OpenAI content parts (strings or ``{"text": ...}``); others skipped."""
+    """Join the text of OpenAI content parts (strings or ``{"text": ...}``); others skipped.
+    Importers use it to flatten recorded transcripts; live messages keep their parts."""
     texts = []
     for part in parts:
         if isinstance(part, str):
@@ -27,50 +44,75 @@ def join_text_parts(parts: list[Any]) -> str:
     return "\n".join(texts)
 
 
-def _text_of(content: Any, where: str) -> str:
+def _content(data: Mapping[str, Any], where: str, lossless: bool) -> dict[str, Any]:
+    content = data.get("content")
     if content is None:
-        return ""
+        if not lossless:
+            return {}
+        return {"content_form": "absent" if "content" not in data else "null"}
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return join_text_parts(content)
-    raise MessageError(f"{where}: content must be a string or a list of text parts")
+        return {"content": content}
+    if not isinstance(content, list):
+        raise MessageError(f"{where}.content: must be a string, null or a list of parts, got "
+                           f"{type(content).__name__}")
+    if not lossless:
+        return {"content": join_text_parts(content)}
+    for i, part in enumerate(content):
+        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+            raise MessageError(f"{where}.content[{i}]: a part must be an object with a string "
+                               f"'type', got {part!r:.60}")
+    return {"parts": tuple(dumps(part) for part in content)}
 
 
-def message_from_openai(data: Mapping[str, Any], *, where: str = "message") -> Message:
-    """Build a :class:`Message` from an OpenAI chat-format dict.
+def _tool_calls(data: Mapping[str, Any], where: str) -> tuple[ToolCall, ...]:
+    raw = data.get("tool_calls")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise MessageError(f"{where}.tool_calls: must be a list, got {type(raw).__name__}")
+    calls = []
+    for i, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping):
+            raise MessageError(f"{where}.tool_calls[{i}]: missing 'function' object")
+        args = fn.get("arguments", "")
+        if not isinstance(args, str):
+            args = dumps(args)
+        for key in ("id", "name"):
+            value = call.get(key) if key == "id" else fn.get(key)
+            if value is not None and not isinstance(value, str):
+                raise MessageError(f"{where}.tool_calls[{i}].{key}: must be a string, got "
+                                   f"{type(value).__name__}")
+        calls.append(ToolCall(id=call.get("id") or "", name=fn.get("name") or "",
+                              arguments=args))
+    return tuple(calls)
 
-    Known fields: ``role``, ``content`` (string or text parts), ``tool_calls``,
-    ``tool_call_id``, ``name``, ``reasoning_content``. ctxfold's own extra fields
-    (``raw_content``, ``origin``, ``local_only``, ``partial``, ``created_at``, ``id``) are
-    read too, so :func:`message_to_openai` output round-trips.
+
+def message_from_openai(
+    data: Mapping[str, Any], *, where: str = "message", lossless: bool = True
+) -> Message:
+    """Build a :class:`Message` from an OpenAI chat-format dict (see the module docstring).
+
+    Raises :class:`MessageError` naming ``where`` and the field for an unknown role, a part
+    without a ``type``, a tool call without a ``function`` and wrongly typed fields.
+    ``lossless=False`` flattens instead (content parts to their text, unnamed fields, role
+    aliases and null content dropped): what importers of recorded runs replay.
     """
     if not isinstance(data, Mapping):
         raise MessageError(f"{where}: expected an object, got {type(data).__name__}")
     role = data.get("role")
-    if role not in ("system", "user", "assistant", "tool", "developer"):
-        raise MessageError(f"{where}: unknown role {role!r}")
-    if role == "developer":
-        role = "system"
-    calls = []
-    for i, call in enumerate(data.get("tool_calls") or ()):
-        fn = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(fn, Mapping):
-            raise MessageError(f"{where}.tool_calls[{i}]: missing 'function'")
-        args = fn.get("arguments", "")
-        if not isinstance(args, str):
-            args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
-        calls.append(ToolCall(id=str(call.get("id", "")), name=str(fn.get("name", "")),
-                              arguments=args))
+    if role not in ROLES:
+        raise MessageError(f"{where}.role: unknown role {role!r}; allowed: {', '.join(ROLES)}")
     origin = data.get("origin", "user")
     for flag in ("local_only", "partial"):
         if not isinstance(data.get(flag, False), bool):
-            raise MessageError(f"{where}: {flag} must be true or false, got {data[flag]!r:.40}")
+            raise MessageError(f"{where}.{flag}: must be true or false, got {data[flag]!r:.40}")
+    unknown = {k: v for k, v in data.items()
+               if lossless and k not in KNOWN_KEYS and k not in LOCAL_KEYS}
     message = Message(
-        role=cast(Role, role),
-        content=_text_of(data.get("content"), where),
+        role=cast(Role, "system" if role == "developer" else role),
         raw_content=data.get("raw_content"),
-        tool_calls=tuple(calls),
+        tool_calls=_tool_calls(data, where),
         tool_call_id=data.get("tool_call_id"),
         name=data.get("name"),
         reasoning_content=data.get("reasoning_content"),
@@ -79,6 +121,9 @@ def message_from_openai(data: Mapping[str, Any], *, where: str = "message") -> M
         partial=bool(data.get("partial", False)),
         created_at=str(data.get("created_at", "")),
         id=str(data.get("id", "")),
+        extra=dumps(unknown) if unknown else "",
+        wire_role="developer" if lossless and role == "developer" else "",
+        **_content(data, where, lossless),
     )
     return check_message(message, where=where)
 
@@ -89,7 +134,13 @@ def message_to_openai(message: Message, *, local_fields: bool = True) -> dict[st
     With ``local_fields=False`` only provider-visible fields are emitted (what a provider
     would receive); otherwise ctxfold's local fields are included for a lossless round trip.
     """
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    out: dict[str, Any] = {"role": message.wire_role or message.role}
+    if message.parts:
+        out["content"] = [json.loads(part) for part in message.parts]
+    elif message.content_form == "null":
+        out["content"] = None
+    elif message.content_form != "absent":
+        out["content"] = message.content
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function",
@@ -102,33 +153,51 @@ def message_to_openai(message: Message, *, local_fields: bool = True) -> dict[st
         out["name"] = message.name
     if message.reasoning_content is not None:
         out["reasoning_content"] = message.reasoning_content
+    if message.extra:
+        out.update(json.loads(message.extra))
     if local_fields:
         defaults = Message(role=message.role)
-        for field in ("raw_content", "origin", "local_only", "partial", "created_at", "id"):
+        for field in LOCAL_KEYS:
             value = getattr(message, field)
             if value != getattr(defaults, field):
                 out[field] = value
     return out
 
 
-def tool_schema_from_openai(data: Mapping[str, Any]) -> ToolSchema:
-    """Build a :class:`ToolSchema` from ``{"type": "function", "function": {...}}`` or the
-    bare function object."""
+def tool_schema_from_openai(data: Mapping[str, Any], *, where: str = "tools") -> ToolSchema:
+    """Build a :class:`ToolSchema` from a chat tool (``{"type": "function", "function":
+    {...}}``), a Responses tool (``{"type": "function", "name": ...}``) or a bare function
+    object. Other fields of the function (``strict``, ...) are kept in ``extra``."""
+    if not isinstance(data, Mapping):
+        raise MessageError(f"{where}: a tool must be an object, got {type(data).__name__}")
     fn = data.get("function", data)
-    return ToolSchema(
-        name=str(fn.get("name", "")),
-        description=str(fn.get("description", "")),
-        parameters=dict(fn.get("parameters") or {}),
-    )
+    if not isinstance(fn, Mapping):
+        raise MessageError(f"{where}.function: must be an object, got {type(fn).__name__}")
+    kind = data.get("type", "function")
+    if kind != "function":
+        raise MessageError(f"{where}.type: only function tools can be offered, got {kind!r}")
+    name, description = fn.get("name"), fn.get("description", "")
+    parameters = fn.get("parameters") or {}
+    if not isinstance(name, str) or not name:
+        raise MessageError(f"{where}.name: a function tool needs a non-empty string name")
+    if not isinstance(description, str):
+        raise MessageError(f"{where}.description: must be a string")
+    if not isinstance(parameters, Mapping):
+        raise MessageError(f"{where}.parameters: must be a JSON-schema object, got "
+                           f"{type(parameters).__name__}")
+    unknown = {k: v for k, v in fn.items()
+               if k not in ("name", "description", "parameters", "type")}
+    return ToolSchema(name=name, description=description, parameters=dict(parameters),
+                      extra=dumps(unknown) if unknown else "")
 
 
 def tool_schema_to_openai(tool: ToolSchema) -> dict[str, Any]:
     """The OpenAI chat-completions form of a tool schema."""
-    return {
-        "type": "function",
-        "function": {
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": dict(tool.parameters),
-        },
+    function: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
     }
+    if tool.extra:
+        function.update(json.loads(tool.extra))
+    return {"type": "function", "function": function}

@@ -118,7 +118,63 @@ def check_message(message: Message, *, where: str = "message") -> Message:
             isinstance(v, str) for v in (call.id, call.name, call.arguments)
         ):
             raise MessageError(f"{where}: tool_calls[{i}] needs string id, name and arguments")
+    _check_wire_fields(message, where)
+    _check_text(message, where)
     return message
+
+
+def _check_wire_fields(message: Message, where: str) -> None:
+    if not isinstance(message.parts, tuple):
+        raise MessageError(f"{where}: parts must be a tuple of JSON strings")
+    if message.parts and message.content:
+        raise MessageError(f"{where}: a message has either content or parts, not both")
+    for i, raw in enumerate(message.parts):
+        part = _json_object(raw, f"{where}: parts[{i}]")
+        if not isinstance(part.get("type"), str):
+            raise MessageError(f"{where}: parts[{i}] needs a string 'type'")
+    if message.extra:
+        _json_object(message.extra, f"{where}: extra")
+    if message.wire_role not in ("", "developer"):
+        raise MessageError(f"{where}: wire_role {message.wire_role!r} is not '' or 'developer'")
+    if message.content_form not in ("", "null", "absent"):
+        raise MessageError(f"{where}: content_form {message.content_form!r} is not '', "
+                           "'null' or 'absent'")
+
+
+def _json_object(raw: object, where: str) -> dict[str, Any]:
+    if not isinstance(raw, str):
+        raise MessageError(f"{where} must be a JSON string, got {type(raw).__name__}")
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise MessageError(f"{where} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise MessageError(f"{where} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _check_text(message: Message, where: str) -> None:
+    """Every text must encode as UTF-8: a lone surrogate (``"\\ud800"``) is refused here,
+    before it could reach a transcript line, a fingerprint or a request."""
+    texts: list[tuple[str, str | None]] = [
+        (field, getattr(message, field))
+        for field in ("content", "raw_content", "tool_call_id", "name", "reasoning_content",
+                      "extra", "created_at", "id")
+    ]
+    texts += [(f"parts[{i}]", raw) for i, raw in enumerate(message.parts)]
+    for i, call in enumerate(message.tool_calls):
+        texts += [(f"tool_calls[{i}].{f}", getattr(call, f)) for f in ("id", "name", "arguments")]
+    for field, value in texts:
+        if value is None:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise MessageError(
+                f"{where}: {field} is not valid text: {exc.reason} at character {exc.start} "
+                f"({value[exc.start:exc.end]!r}); lone surrogates cannot be stored or sent — "
+                "decode the source with errors='replace' or join the surrogate pair"
+            ) from None
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:

@@ -104,6 +104,16 @@ class Summarizer(Protocol):
 
 
 @runtime_checkable
+class AsyncSummarizer(Summarizer, Protocol):
+    """A summarizer that can also be awaited (the engine's async face uses it; a plain
+    :class:`Summarizer` runs in a worker thread there)."""
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        """Summarize ``request`` without blocking the event loop."""
+        ...
+
+
+@runtime_checkable
 class Store(Protocol):
     """Durable storage of canonical transcripts and sidecars.
 
@@ -196,6 +206,16 @@ class Provider(Protocol):
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` and return the assembled response; raise a ProviderError."""
+        ...
+
+
+@runtime_checkable
+class AsyncProvider(Provider, Protocol):
+    """A provider that can also be awaited (``ContextManager.acomplete`` uses it; a plain
+    :class:`Provider` runs in a worker thread there)."""
+
+    async def acomplete(self, request: ChatRequest) -> ChatResponse:
+        """Send ``request`` without blocking the event loop."""
         ...
 
 

@@ -21,6 +21,8 @@
     ├── MaintenanceError            prepare()/compact() could not make the request fit
     │   ├── CompactionRequiredError above the hard ceiling and no checkpoint could be installed
     │   ├── SummaryFailedError      the summarizer returned empty or truncated output
+    │   ├── SummarizerError         the summarizer itself failed (a plugin, or the host's
+    │   │                           summarize callable raised)
     │   └── PolicyFailedError       a replay policy could not build a request that fits
     ├── SmokeError                  a smoke-test step failed (assertion, cost cap, order)
     └── ProviderError               anything that went wrong talking to a provider
@@ -108,6 +110,11 @@ class CompactionRequiredError(MaintenanceError):
 
 class SummaryFailedError(MaintenanceError):
     """The summarizer returned empty or length-truncated output; nothing is installed."""
+
+
+class SummarizerError(MaintenanceError):
+    """The summarizer failed: a plugin raised, or the host's ``summarize`` callable raised or
+    returned something that is not text; nothing is installed (a ``failed`` receipt)."""
 
 
 class PolicyFailedError(MaintenanceError):

@@ -1,9 +1,10 @@
 """Provider-visible fingerprints (SPEC §3.5).
 
 A fingerprint is SHA-256 over a compact canonical JSON of the provider-visible fields of
-each message (role, content, reasoning, tool call id, name, tool calls), hex of the first
-16 bytes. ``raw_content`` and the local fields (origin, local_only, partial, created_at, id)
-never participate, and ``local_only`` messages are skipped because they are never sent.
+each message (role, content, reasoning, tool call id, name, tool calls, and content parts,
+unnamed fields and role alias when present), hex of the first 16 bytes. ``raw_content`` and
+the local fields (origin, local_only, partial, created_at, id) never participate, and
+``local_only`` messages are skipped because they are never sent.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ def visible_fields(message: Message) -> dict[str, Any]:
         wire["n"] = message.name
     if message.tool_calls:
         wire["tc"] = [[c.id, c.name, c.arguments] for c in message.tool_calls]
+    # Content given as parts, unnamed fields and aliases are provider-visible too (absent
+    # from a plain text message, so its fingerprint is what it always was).
+    if message.parts:
+        wire["p"] = list(message.parts)
+    if message.extra:
+        wire["x"] = message.extra
+    if message.wire_role:
+        wire["wr"] = message.wire_role
+    if message.content_form:
+        wire["cf"] = message.content_form
     return wire
 
 

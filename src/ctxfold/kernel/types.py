@@ -11,6 +11,7 @@ contract. The session's persisted state (projection, receipts, telemetry) is in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +51,10 @@ class ToolCall:
     arguments: str = ""
 
 
+#: The part types whose ``text`` is the message's text (chat and Responses forms).
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
 @attrs.frozen
 class Message:
     """One canonical transcript message.
@@ -59,6 +64,13 @@ class Message:
     provider and never enters a fingerprint. ``local_only`` messages are displayed but never
     sent. ``origin`` tells whether the user or the host (ctxfold itself) wrote it.
     ``partial`` marks an assistant message whose stream was cut off.
+
+    What an OpenAI-format message carries beyond that is kept as the host gave it, so it is
+    sent back unchanged: ``parts`` is content given as a list of parts (text, images, audio,
+    files; chat or Responses forms), each the exact JSON of one part (``content`` is then
+    empty); ``extra`` is a JSON object of fields ctxfold has no name for, in the order given;
+    ``wire_role`` is the role as the host wrote it when it is an alias (``developer`` for
+    ``system``); ``content_form`` records a ``null`` or absent ``content`` (empty: a string).
     """
 
     role: Role
@@ -73,6 +85,23 @@ class Message:
     partial: bool = False
     created_at: str = ""
     id: str = ""
+    parts: tuple[str, ...] = ()
+    extra: str = ""
+    wire_role: str = ""
+    content_form: Literal["", "null", "absent"] = ""
+
+    @property
+    def text(self) -> str:
+        """The message's text: ``content``, or the text of its text parts, newline-joined
+        (what summarizers and pruners read; the parts themselves are what is sent)."""
+        if not self.parts:
+            return self.content
+        texts = []
+        for raw in self.parts:
+            part = json.loads(raw)
+            if part.get("type") in TEXT_PART_TYPES and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "\n".join(texts)
 
 
 @attrs.frozen
@@ -95,11 +124,13 @@ class Usage:
 
 @attrs.frozen
 class ToolSchema:
-    """One function tool offered to the model (OpenAI function-schema fields)."""
+    """One function tool offered to the model (OpenAI function-schema fields); ``extra`` is
+    a JSON object of the function's other fields (``strict``, ...), sent back as given."""
 
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = attrs.field(factory=dict)
+    extra: str = ""
 
 
 @attrs.frozen

@@ -13,83 +13,39 @@ the manner of the anthropic/openai SDKs:
 * typed errors (:mod:`ctxfold.transport.errors`) whose texts never contain a secret;
 * the API key read from the environment at request time, never stored in config;
 * a ``transport=`` seam so tests run against ``httpx.MockTransport``.
+
+:mod:`ctxfold.transport.aclient` is the same over ``httpx.AsyncClient``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import attrs
 import httpx
 from httpx_sse import EventSource, SSEError
 
-from ctxfold.kernel.errors import AuthenticationError, ProviderError, ProviderTimeoutError
-from ctxfold.kernel.secrets import redact_text
+from ctxfold.kernel.errors import ProviderError
 from ctxfold.kernel.types import SseEvent
 from ctxfold.transport import errors
-from ctxfold.transport.errors import OverflowParser
 from ctxfold.transport.retry import calculate_retry_timeout
+from ctxfold.transport.settings import (
+    ClientBase,
+    EventStream,
+    HttpSettings,
+    JsonResult,
+    Watchdog,
+    request_id_of,
+)
 
-
-@attrs.frozen
-class HttpSettings:
-    """Connection policy of one provider client (all durations in seconds).
-
-    ``parse_overflow`` and ``request_id_headers`` come from what the provider declares
-    (:class:`~ctxfold.kernel.contracts.ProviderDefaults`).
-    """
-
-    base_url: str
-    api_key_env: str
-    provider: str = "provider"
-    api_key: str | None = None  # explicit key (tests, emulator); otherwise read from the env
-    connect_timeout: float = 10.0
-    idle_timeout: float = 120.0
-    total_timeout: float = 600.0
-    max_retries: int = 2
-    require_key: bool = True
-    headers: Mapping[str, str] = attrs.field(factory=dict)
-    parse_overflow: OverflowParser | None = None
-    request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
-
-
-class _Watchdog:
-    """Enforces the total ceiling and the no-event idle timeout as bytes arrive."""
-
-    def __init__(self, client: HttpClient, idle: float | None) -> None:
-        self.client = client
-        self.clock = client.clock
-        self.started = self.last_event = self.clock()
-        self.idle = idle
-
-    def event(self) -> None:
-        self.last_event = self.clock()
-
-    def check(self) -> None:
-        now = self.clock()
-        s = self.client.settings
-        where = redact_text(self.client.url_for(""))
-        if now - self.started > s.total_timeout:
-            raise ProviderTimeoutError(
-                f"{s.provider}: response from {where} exceeded the total-duration ceiling of "
-                f"{s.total_timeout:g}s; raise [provider] timeout_seconds for very long outputs "
-                "or retry later"
-            )
-        if self.idle is not None and now - self.last_event > self.idle:
-            raise ProviderTimeoutError(
-                f"{s.provider}: no data from {where} for {now - self.last_event:.0f}s (only "
-                f"keep-alives; idle timeout {self.idle:g}s); the server is likely overloaded, "
-                "retry later"
-            )
+__all__ = ["EventStream", "HttpClient", "HttpSettings", "JsonResult", "request_id_of"]
 
 
 class _WatchedStream(httpx.SyncByteStream):
-    def __init__(self, inner: Any, dog: _Watchdog) -> None:
+    def __init__(self, inner: Any, dog: Watchdog) -> None:
         self.inner = inner
         self.dog = dog
 
@@ -102,35 +58,15 @@ class _WatchedStream(httpx.SyncByteStream):
         self.inner.close()
 
 
-@attrs.frozen
-class JsonResult:
-    """A parsed non-streaming response."""
-
-    data: Any
-    request_id: str = ""
-
-
-@attrs.frozen
-class EventStream:
-    """The events of one streamed response and its request id."""
-
-    events: Iterator[SseEvent]
-    request_id: str = ""
-
-    def __iter__(self) -> Iterator[SseEvent]:
-        return self.events
+def read_kind(exc: httpx.TransportError) -> str:
+    """How a failure while reading a body is reported (SSEError is an httpx.TransportError
+    subclass, but not a network fault)."""
+    if isinstance(exc, SSEError):
+        return "sse"
+    return "timeout" if isinstance(exc, httpx.TimeoutException) else "dropped"
 
 
-def request_id_of(headers: Mapping[str, str], names: tuple[str, ...]) -> str:
-    """The first of the provider's request-id headers present in ``headers``."""
-    for name in names:
-        value = headers.get(name)
-        if value:
-            return str(value)
-    return ""
-
-
-class HttpClient:
+class HttpClient(ClientBase):
     """One provider's HTTP client. ``sleep``/``clock`` are seams for tests."""
 
     def __init__(
@@ -144,32 +80,7 @@ class HttpClient:
         self.settings = settings
         self.sleep = sleep
         self.clock = clock
-        timeout = httpx.Timeout(
-            connect=settings.connect_timeout,
-            read=settings.idle_timeout,
-            write=settings.idle_timeout,
-            pool=settings.connect_timeout,
-        )
-        self._client = httpx.Client(timeout=timeout, transport=transport)
-
-    # -- public --------------------------------------------------------------------------
-
-    def url_for(self, path: str) -> str:
-        """Absolute URL of ``path`` under the base URL."""
-        return self.settings.base_url.rstrip("/") + path
-
-    def api_key(self) -> str | None:
-        """The key, read now (explicit key first, then ``$api_key_env``)."""
-        s = self.settings
-        key = s.api_key if s.api_key is not None else os.environ.get(s.api_key_env, "")
-        if not key and s.require_key:
-            raise AuthenticationError(
-                f"{s.provider}: environment variable {s.api_key_env} is not set or empty; "
-                f"export {s.api_key_env}=<your key> or set [provider] api_key_env to the "
-                "variable that holds it",
-                status=None,
-            )
-        return key or None
+        self._client = httpx.Client(timeout=self.timeout(), transport=transport)
 
     def post_json(
         self, path: str, body: Mapping[str, Any], *, max_retries: int | None = None
@@ -177,9 +88,9 @@ class HttpClient:
         """POST ``body`` and parse a JSON answer (blank keep-alive lines before it are fine).
         ``max_retries`` overrides the settings for this request (0: exactly one attempt)."""
         response, key = self._send(path, body, stream=False, max_retries=max_retries)
-        rid = self._request_id(response)
+        rid = self.request_id(response.headers)
         try:
-            dog = _Watchdog(self, idle=None)  # blank lines are the only thing a wait sends
+            dog = Watchdog(self, idle=None)  # blank lines are the only thing a wait sends
             response.stream = _WatchedStream(response.stream, dog)
             raw = b"".join(self._guard(response.iter_bytes(), key, rid))
         finally:
@@ -199,19 +110,13 @@ class HttpClient:
         (also on KeyboardInterrupt or any exception raised by the consumer).
         ``max_retries`` overrides the settings for this request (0: exactly one attempt)."""
         response, key = self._send(path, body, stream=True, max_retries=max_retries)
-        rid = self._request_id(response)
-        dog = _Watchdog(self, idle=self.settings.idle_timeout)
+        rid = self.request_id(response.headers)
+        dog = Watchdog(self, idle=self.settings.idle_timeout)
         response.stream = _WatchedStream(response.stream, dog)
         try:
             yield EventStream(self._events(response, dog, key, rid), rid)
         finally:
             response.close()
-
-    def scrub(self, text: str) -> str:
-        """``text`` with this client's key (explicit or from the env) and other secrets
-        masked; applied to every provider-originated text that reaches an error message."""
-        s = self.settings
-        return redact_text(text, s.api_key or os.environ.get(s.api_key_env) or None)
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -219,11 +124,8 @@ class HttpClient:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _request_id(self, response: httpx.Response) -> str:
-        return request_id_of(response.headers, self.settings.request_id_headers)
-
     def _events(
-        self, response: httpx.Response, dog: _Watchdog, key: str | None, rid: str
+        self, response: httpx.Response, dog: Watchdog, key: str | None, rid: str
     ) -> Iterator[SseEvent]:
         source = EventSource(response)
         for sse in self._guard(source.iter_sse(), key, rid):
@@ -235,20 +137,9 @@ class HttpClient:
         try:
             yield from it
         except httpx.TransportError as exc:
-            # SSEError is an httpx.TransportError subclass, but not a network fault.
-            kind = ("sse" if isinstance(exc, SSEError) else
-                    "timeout" if isinstance(exc, httpx.TimeoutException) else "dropped")
             raise errors.read_error(self.settings.provider, exc, self.url_for(""),
-                                    self.settings.idle_timeout, key, rid, kind=kind) from None
-
-    def _headers(self, stream: bool) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "User-Agent": "ctxfold"}
-        headers["Accept"] = "text/event-stream" if stream else "application/json"
-        headers.update(self.settings.headers)
-        key = self.api_key()
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
+                                    self.settings.idle_timeout, key, rid,
+                                    kind=read_kind(exc)) from None
 
     def _send(
         self, path: str, body: Mapping[str, Any], *, stream: bool, max_retries: int | None = None
@@ -259,7 +150,7 @@ class HttpClient:
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         attempt = 0
         while True:
-            headers = self._headers(stream)  # key read per attempt: rotation takes effect
+            headers = self.headers(stream)  # key read per attempt: rotation takes effect
             key = headers.get("Authorization", "")[7:] or None
             delay_headers: Mapping[str, str] = {}
             try:
@@ -296,9 +187,5 @@ class HttpClient:
             text = ""
         finally:
             response.close()
-        s = self.settings
-        return errors.status_error(
-            provider=s.provider, status=response.status_code, text=text, url=url,
-            attempts=attempt + 1, request_id=self._request_id(response), key=key,
-            api_key_env=s.api_key_env, base_url=s.base_url, parse_overflow=s.parse_overflow,
-        )
+        return self.status_error(response.status_code, text, url, attempt, key,
+                                 response.headers)

@@ -29,6 +29,7 @@ from ctxfold.kernel.kinds import ProviderOptions, StrategyContext
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message
 
 if TYPE_CHECKING:  # httpx (≈0.3 s to import) loads only when a provider is built
+    from ctxfold.transport.aclient import AsyncHttpClient
     from ctxfold.transport.client import HttpClient
 
 #: The output ladder of MiMo and Responses when a request leaves the budget to the provider.
@@ -89,6 +90,7 @@ class HttpProvider:
         context_window: int,
         cache_ttl_minutes: int,
         on_request: Callable[[Mapping[str, Any]], None] | None = None,
+        async_http: Callable[[], AsyncHttpClient] | None = None,
     ) -> None:
         self.name = name
         self.translator = translator
@@ -97,6 +99,8 @@ class HttpProvider:
         self.context_window = context_window
         self.cache_ttl_minutes = cache_ttl_minutes
         self.on_request = on_request
+        self._make_async = async_http
+        self._async: AsyncHttpClient | None = None
 
     def body(self, request: ChatRequest) -> dict[str, Any]:
         """The request body that :meth:`complete` would send (for tests and tooling)."""
@@ -135,9 +139,48 @@ class HttpProvider:
                 _attach_partial(exc, assembler.partial())
             raise
 
+    async def acomplete(self, request: ChatRequest) -> ChatResponse:
+        """:meth:`complete` over the async client (created on first use)."""
+        if self._async is None:
+            if self._make_async is None:
+                raise ProviderError(f"{self.name}: this provider was built without an async "
+                                    "client; build it with build_http_provider")
+            self._async = self._make_async()
+        http = self._async
+        body = self.body(request)
+        if self.on_request is not None:
+            self.on_request(body)
+        assembler: StreamAssembler | None = None
+        try:
+            if not request.stream:
+                result = await http.post_json(self.translator.path, body,
+                                              max_retries=request.max_retries)
+                return self.translator.parse_response(result.data, result.request_id)
+            assembler = self.translator.new_stream()
+            async with http.stream_events(self.translator.path, body,
+                                          max_retries=request.max_retries) as stream:
+                async for event in stream:
+                    if assembler.feed(event):
+                        break
+                return assembler.finish(stream.request_id)
+        except BaseException as exc:  # cancellation included: report what arrived
+            if isinstance(exc, ProviderError):
+                exc.args = tuple(http.scrub(str(a)) for a in exc.args)
+            if assembler is not None:
+                _attach_partial(exc, assembler.partial())
+            raise
+
     def close(self) -> None:
-        """Close the HTTP connection pool."""
+        """Close the HTTP connection pools (the async one, when it was used, is dropped; an
+        event loop owns its sockets, so close it with :meth:`aclose` from that loop)."""
         self.http.close()
+
+    async def aclose(self) -> None:
+        """Close both connection pools."""
+        self.http.close()
+        if self._async is not None:
+            await self._async.aclose()
+            self._async = None
 
     def __enter__(self) -> HttpProvider:
         return self
@@ -192,6 +235,20 @@ def build_http_provider(
     if opts.clock is not None:
         seams["clock"] = opts.clock
     http = HttpClient(settings, transport=opts.transport, **seams)
+
+    def async_http() -> AsyncHttpClient:
+        from ctxfold.transport.aclient import AsyncHttpClient
+
+        aseams: dict[str, Any] = {} if opts.clock is None else {"clock": opts.clock}
+        if opts.sleep is not None:
+            sleep = opts.sleep
+
+            async def asleep(seconds: float) -> None:
+                sleep(seconds)
+
+            aseams["sleep"] = asleep
+        return AsyncHttpClient(settings, transport=opts.async_transport, **aseams)
+
     return HttpProvider(
         name=translator.name,
         translator=translator,
@@ -200,4 +257,5 @@ def build_http_provider(
         context_window=cfg.context_window or defaults.context_window,
         cache_ttl_minutes=cfg.cache_ttl_minutes or defaults.cache_ttl_minutes,
         on_request=opts.on_request,
+        async_http=async_http,
     )

@@ -30,7 +30,15 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from ctxfold.kernel.fingerprint import message_fingerprint
-from ctxfold.kernel.types import Message, RequestShape, TextStats, ToolCall, ToolSchema, Usage
+from ctxfold.kernel.types import (
+    TEXT_PART_TYPES,
+    Message,
+    RequestShape,
+    TextStats,
+    ToolCall,
+    ToolSchema,
+    Usage,
+)
 from ctxfold.plugins.estimators._cache import LRUCache
 
 #: Tokens per character of CJK text before calibration (SPEC §2 "cold estimator").
@@ -39,6 +47,9 @@ COLD_CJK_TOKENS_PER_CHAR = 1.0
 SANITY_MIN_TOKENS_PER_CHAR = 0.05
 SANITY_MAX_TOKENS_PER_CHAR = 2.0
 DEFAULT_CACHE_SIZE = 100_000
+#: Tokens counted for one non-text content part (image, audio, file): OpenAI's count for a
+#: 1024×1024 image at high detail (85 + 4 × 170, https://platform.openai.com/docs/guides/images-vision).
+NON_TEXT_PART_TOKENS = 765
 #: Smallest provider prompt that may calibrate (template overheads dominate below it).
 MIN_CALIBRATION_TOKENS = 256
 
@@ -49,6 +60,12 @@ _CJK_RE = re.compile(
     "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
     "\U00020000-\U0003134f]"
 )
+
+
+def non_text_parts(message: Message) -> int:
+    """How many of a message's content parts are not text."""
+    return sum(1 for raw in message.parts
+               if json.loads(raw).get("type") not in TEXT_PART_TYPES)
 
 
 def cjk_count(text: str) -> int:
@@ -122,9 +139,14 @@ class TokenizerEstimator:
         return texts, self.call_overhead
 
     def message_texts(self, message: Message) -> tuple[list[str], int]:
-        """The counted texts of one message and its structural overhead in tokens."""
-        texts = [message.role, message.content, message.name or ""]
-        overhead = self.message_overhead
+        """The counted texts of one message and its structural overhead in tokens.
+
+        A message given as content parts counts the text of its text parts, and
+        :data:`NON_TEXT_PART_TOKENS` for each other part (image, audio, file): what an image
+        costs varies by provider and resolution, so this is a documented flat rate that the
+        provider-reported calibration then scales."""
+        texts = [message.role, message.text, message.name or ""]
+        overhead = self.message_overhead + NON_TEXT_PART_TOKENS * non_text_parts(message)
         if self.count_call_ids and message.tool_call_id:
             texts.append(message.tool_call_id)
         if message.role == "assistant" and message.tool_calls and message.reasoning_content:

@@ -158,9 +158,9 @@ def dig(data: Any, *keys: str) -> Any:
 def openai_message(path: Path, data: Mapping[str, Any], position: str) -> Message:
     """:func:`message_from_openai` with errors turned into positioned ImporterErrors."""
     try:
-        return message_from_openai(data, where=position)
+        return message_from_openai(data, where=position, lossless=False)
     except MessageError as exc:
-        reason = str(exc).removeprefix(f"{position}: ")
+        reason = str(exc).removeprefix(position).removeprefix(": ").removeprefix(".")
         raise importer_error(path, position, reason) from None
 
 

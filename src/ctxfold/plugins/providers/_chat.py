@@ -11,47 +11,31 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
-from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall, Usage
+from ctxfold.interop.responses import part_to_chat
+from ctxfold.interop.usage import chat_usage
+from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
 from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
 
 
 def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Provider-visible chat messages. ``reasoning_content`` is replayed only on assistant
     turns that made tool calls: DeepSeek and MiMo reject a thinking-mode request whose
-    tool-call turns lack it, and ignore it elsewhere (providers.md §1.3, §2.3), so sending it
-    elsewhere would only cost tokens."""
+    tool-call turns lack it, and ignore it elsewhere (DeepSeek's thinking-mode guide,
+    https://api-docs.deepseek.com/guides/thinking_mode), so sending it elsewhere would only
+    cost tokens. Content parts go out as the host gave them; Responses-form parts are
+    converted to their chat form, and one with no chat form is an error naming it."""
     out = []
-    for message in messages:
+    for i, message in enumerate(messages):
         if message.local_only:
             continue
         item = message_to_openai(message, local_fields=False)
+        if message.parts:
+            item["content"] = [part_to_chat(part, f"messages[{i}].content[{j}]")
+                               for j, part in enumerate(item["content"])]
         if message.role != "assistant" or not message.tool_calls:
             item.pop("reasoning_content", None)
         out.append(item)
     return out
-
-
-def chat_usage(data: Any) -> Usage:
-    """Map a chat-completions ``usage`` object. DeepSeek's ``prompt_cache_hit_tokens`` /
-    ``prompt_cache_miss_tokens`` win; its ``prompt_tokens_details.cached_tokens`` duplicates
-    the hit count and is not added again. Otherwise (MiMo, OpenAI) hits come from
-    ``prompt_tokens_details.cached_tokens`` (which may be null) and misses are the rest."""
-    if not isinstance(data, Mapping):
-        return Usage()
-    prompt = _int(data.get("prompt_tokens"))
-    completion = _int(data.get("completion_tokens"))
-    details = data.get("prompt_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
-    if "prompt_cache_hit_tokens" in data or "prompt_cache_miss_tokens" in data:
-        hit = _int(data.get("prompt_cache_hit_tokens"))
-        miss = _int(data.get("prompt_cache_miss_tokens"))
-    else:
-        hit, miss = cached, max(prompt - cached, 0)
-    out_details = data.get("completion_tokens_details")
-    reasoning = _int(out_details.get("reasoning_tokens")) if isinstance(out_details,
-                                                                        Mapping) else 0
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, cache_hit_tokens=hit,
-                 cache_miss_tokens=miss, reasoning_tokens=reasoning)
 
 
 class ChatCompletionsTranslator:

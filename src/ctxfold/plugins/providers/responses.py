@@ -24,13 +24,15 @@ Usage comes from ``response.completed`` (``input_tokens_details.cached_tokens``)
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from ctxfold.interop.responses import input_items, tool_item
+from ctxfold.interop.usage import responses_usage
 from ctxfold.kernel.contracts import ProviderDefaults
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import ProviderOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall, ToolSchema, Usage
+from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
 from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
 from ctxfold.transport.provider import (
     HttpProvider,
@@ -51,41 +53,6 @@ DEFAULTS = ProviderDefaults(
     output_budget=ladder_budget,
 )
 NAME = "responses"
-
-
-def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The ``input`` list for ``messages`` (local-only messages skipped)."""
-    items: list[dict[str, Any]] = []
-    for m in messages:
-        if m.local_only:
-            continue
-        if m.role == "tool":
-            items.append({"type": "function_call_output", "call_id": m.tool_call_id or "",
-                          "output": m.content})
-            continue
-        if m.role != "assistant" or m.content or not m.tool_calls:
-            items.append({"type": "message", "role": m.role, "content": m.content})
-        for call in m.tool_calls:
-            items.append({"type": "function_call", "call_id": call.id, "name": call.name,
-                          "arguments": call.arguments})
-    return items
-
-
-def tool_item(tool: ToolSchema) -> dict[str, Any]:
-    """A tool schema in the Responses function form (no ``function`` wrapper)."""
-    return {"type": "function", "name": tool.name, "description": tool.description,
-            "parameters": dict(tool.parameters)}
-
-
-def responses_usage(data: Any) -> Usage:
-    """Map a Responses ``usage`` object."""
-    if not isinstance(data, Mapping):
-        return Usage()
-    prompt = _int(data.get("input_tokens"))
-    cached = _int(_get(data, "input_tokens_details", "cached_tokens"))
-    return Usage(prompt_tokens=prompt, completion_tokens=_int(data.get("output_tokens")),
-                 cache_hit_tokens=cached, cache_miss_tokens=max(prompt - cached, 0),
-                 reasoning_tokens=_int(_get(data, "output_tokens_details", "reasoning_tokens")))
 
 
 class ResponsesTranslator:

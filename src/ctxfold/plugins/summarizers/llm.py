@@ -9,10 +9,12 @@ propagate to the engine, which records a failed receipt and installs nothing.
 
 from __future__ import annotations
 
-from ctxfold.kernel.contracts import Provider
+import asyncio
+
+from ctxfold.kernel.contracts import AsyncProvider, Provider
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PROVIDER, StrategyContext, StrategySpec, SummarizerOptions
-from ctxfold.kernel.types import ChatRequest, SummaryRequest, SummaryResult
+from ctxfold.kernel.types import ChatRequest, ChatResponse, SummaryRequest, SummaryResult
 
 
 class LLMSummarizer:
@@ -43,12 +45,19 @@ class LLMSummarizer:
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Send exactly one request and return its text; provider errors propagate."""
-        response = self.provider.complete(self.chat_request(request))
-        return SummaryResult(
-            text=response.message.content,
-            finish_reason=response.finish_reason,
-            usage=response.usage,
-        )
+        return _result(self.provider.complete(self.chat_request(request)))
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        """:meth:`summarize` without blocking the event loop."""
+        provider = self.provider
+        if isinstance(provider, AsyncProvider):
+            return _result(await provider.acomplete(self.chat_request(request)))
+        return await asyncio.to_thread(self.summarize, request)
+
+
+def _result(response: ChatResponse) -> SummaryResult:
+    return SummaryResult(text=response.message.content, finish_reason=response.finish_reason,
+                         usage=response.usage)
 
 
 def _factory(context: StrategyContext[SummarizerOptions]) -> LLMSummarizer:

@@ -1,0 +1,103 @@
+"""Summaries from a model the host chose: a ``summarize`` callable, and the rule that a
+library host never gets checkpoint summaries from the loopback emulator by default.
+
+A host that drives its own model passes ``summarize=fn`` to ``open_session``: ``fn`` receives
+the :class:`~ctxfold.SummaryRequest` (cache-aligned messages, tools, ``max_tokens``; see
+``PreparedRequest.to_openai`` for the wire form) and returns the briefing text (or a
+:class:`~ctxfold.SummaryResult`), synchronously or as an awaitable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import AsyncSummarizer, Summarizer
+from ctxfold.kernel.errors import ConfigError, CtxfoldError, SummarizerError
+from ctxfold.kernel.secrets import redact_text
+from ctxfold.kernel.types import SummaryRequest, SummaryResult
+
+SummarizeFn = Callable[[SummaryRequest], "str | SummaryResult | Awaitable[str | SummaryResult]"]
+
+
+def as_result(value: Any) -> SummaryResult:
+    """A callable's answer as a :class:`SummaryResult`."""
+    if isinstance(value, SummaryResult):
+        return value
+    if isinstance(value, str):
+        return SummaryResult(text=value)
+    raise SummarizerError(f"the summarize callable returned {type(value).__name__}; return "
+                          "the briefing text (str) or a ctxfold.SummaryResult")
+
+
+def _failed(exc: Exception) -> SummarizerError:
+    return SummarizerError(f"the summarize callable raised {type(exc).__name__}: "
+                           f"{redact_text(str(exc))[:300]}; nothing was installed")
+
+
+class CallableSummarizer:
+    """A :class:`~ctxfold.kernel.contracts.AsyncSummarizer` over the host's callable."""
+
+    def __init__(self, fn: SummarizeFn) -> None:
+        if not callable(fn):
+            raise ConfigError(f"summarize must be callable, got {type(fn).__name__}")
+        self.fn = fn
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        try:
+            value = self.fn(request)
+            if inspect.isawaitable(value):
+                value = _run_awaitable(value)
+        except CtxfoldError:
+            raise
+        except Exception as exc:
+            raise _failed(exc) from exc
+        return as_result(value)
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        try:
+            value = self.fn(request)
+            if inspect.isawaitable(value):
+                value = await value
+        except CtxfoldError:
+            raise
+        except Exception as exc:
+            raise _failed(exc) from exc
+        return as_result(value)
+
+
+def _run_awaitable(value: Awaitable[Any]) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        async def wait() -> Any:
+            return await value
+
+        return asyncio.run(wait())
+    if inspect.iscoroutine(value):
+        value.close()
+    raise SummarizerError("the summarize callable is async but prepare() was called inside "
+                          "an event loop; await cm.aprepare() instead")
+
+
+async def asummarize(summarizer: Summarizer, request: SummaryRequest) -> SummaryResult:
+    """Await ``summarizer``: natively when it can be awaited, else in a worker thread."""
+    if isinstance(summarizer, AsyncSummarizer):
+        return await summarizer.asummarize(request)
+    return await asyncio.to_thread(summarizer.summarize, request)
+
+
+def refuse_emulator_summaries(config: Config) -> None:
+    """Fail when checkpoint summaries would silently come from the loopback emulator: the
+    ``llm`` summarizer with the ``emulator`` provider, and no model the host chose."""
+    if config.summarizer.name == "llm" and config.provider.name == "emulator":
+        raise ConfigError(
+            "checkpoint summaries would come from the in-process emulator (the default "
+            "provider) because nothing names a real model: pass summarize=<your function> "
+            "(or provider=...) to open_session, set [provider] name to a real provider, or "
+            "set [summarizer] name = \"extractive\" for offline summaries. To summarize with "
+            "the emulator on purpose (demos, tests), pass provider=ctxfold.create_provider()."
+        )

@@ -1,0 +1,73 @@
+"""What a host may hand ctxfold, turned into ctxfold values: the one entry point the engine
+uses for ``append(...)``, ``tools=`` and ``observe_usage(...)``.
+
+Messages: a :class:`~ctxfold.Message`, an OpenAI chat message dict, a Responses input item
+(a dict with ``type``), or an OpenAI SDK object (anything with ``model_dump``: the SDK's
+``ChatCompletionMessage``, Responses output items), dumped without its unset fields. Tools: a
+:class:`~ctxfold.ToolSchema`, a chat or Responses function tool dict, or an SDK object.
+Anything else raises :class:`MessageError` naming its position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ctxfold.interop.chat import message_from_openai, tool_schema_from_openai
+from ctxfold.interop.responses import messages_from_items
+from ctxfold.interop.usage import as_mapping
+from ctxfold.kernel.errors import MessageError
+from ctxfold.kernel.types import Message, ToolSchema
+
+RESPONSES_ITEM_TYPES = frozenset({"message", "function_call", "function_call_output"})
+
+
+def _is_item(data: Mapping[str, Any]) -> bool:
+    return data.get("type") in RESPONSES_ITEM_TYPES and (
+        data.get("type") != "message" or "role" in data)
+
+
+def to_messages(values: Iterable[Any], *, where: str = "append") -> list[Message]:
+    """Messages for what a host appends (see the module docstring). Responses items in a row
+    are read together, so function calls join the assistant message they belong to."""
+    out: list[Message] = []
+    items: list[tuple[int, Mapping[str, Any]]] = []
+
+    def flush() -> None:
+        if items:
+            start = items[0][0]
+            out.extend(messages_from_items([d for _, d in items], where=f"{where}[{start}:]"))
+            items.clear()
+
+    for i, value in enumerate(values):
+        if isinstance(value, Message):
+            flush()
+            out.append(value)
+            continue
+        data = as_mapping(value)
+        if data is None:
+            raise MessageError(
+                f"{where}[{i}]: expected a ctxfold Message, an OpenAI message dict, a "
+                f"Responses input item or an SDK message object, got {type(value).__name__}")
+        if _is_item(data):
+            items.append((i, data))
+            continue
+        flush()
+        out.append(message_from_openai(data, where=f"{where}[{i}]"))
+    flush()
+    return out
+
+
+def to_tools(values: Iterable[Any], *, where: str = "tools") -> tuple[ToolSchema, ...]:
+    """Tool schemas for what a host offers (see the module docstring)."""
+    out = []
+    for i, value in enumerate(values):
+        if isinstance(value, ToolSchema):
+            out.append(value)
+            continue
+        data = as_mapping(value)
+        if data is None:
+            raise MessageError(f"{where}[{i}]: expected a ctxfold ToolSchema or an OpenAI "
+                               f"function tool, got {type(value).__name__}")
+        out.append(tool_schema_from_openai(data, where=f"{where}[{i}]"))
+    return tuple(out)

@@ -1,0 +1,185 @@
+"""OpenAI Responses format: input items to ctxfold messages and back, and content parts
+between the chat and Responses forms.
+
+A part is converted only when it crosses formats: chat parts sent to a Responses endpoint
+become Responses input parts (``text`` → ``input_text``/``output_text``, ``image_url`` →
+``input_image``, ``file`` → ``input_file``), Responses parts sent to a chat endpoint become
+chat parts, and parts already in the target form are sent exactly as the host gave them. A
+part type the target format has no equivalent for raises :class:`MessageError` naming it —
+it is never dropped.
+
+Responses input items map to messages: a ``message`` item to a message (its parts kept as
+given), consecutive ``function_call`` items to the tool calls of one assistant message, a
+``function_call_output`` item to a ``tool`` message. Item ``id`` and ``status`` fields are not
+kept: they name server-side output items, and a stateless request re-sends content instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
+
+import attrs
+
+from ctxfold.interop.chat import dumps, tool_schema_from_openai
+from ctxfold.kernel.codec import check_message
+from ctxfold.kernel.errors import MessageError
+from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema
+
+CHAT_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
+RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_file",
+                             "input_audio", "refusal"})
+
+
+def part_to_responses(part: dict[str, Any], role: str, where: str) -> dict[str, Any]:
+    """One content part in the Responses form (unchanged when it already is)."""
+    kind = part.get("type")
+    if kind in RESPONSES_PARTS:
+        return part
+    if kind == "text":
+        return {"type": "output_text" if role == "assistant" else "input_text",
+                "text": part.get("text", "")}
+    if kind == "image_url":
+        image = part.get("image_url")
+        image = image if isinstance(image, Mapping) else {"url": image}
+        out: dict[str, Any] = {"type": "input_image", "image_url": image.get("url")}
+        if "detail" in image:
+            out["detail"] = image["detail"]
+        return out
+    if kind == "file":
+        file = part.get("file")
+        return {"type": "input_file", **(file if isinstance(file, Mapping) else {})}
+    raise MessageError(f"{where}: content part type {kind!r} has no OpenAI Responses form; "
+                       "send it to a chat provider or remove the part")
+
+
+def part_to_chat(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """One content part in the chat-completions form (unchanged when it already is)."""
+    kind = part.get("type")
+    if kind in CHAT_PARTS:
+        return part
+    if kind in ("input_text", "output_text"):
+        return {"type": "text", "text": part.get("text", "")}
+    if kind == "input_image":
+        image: dict[str, Any] = {"url": part.get("image_url") or part.get("file_id")}
+        if "detail" in part:
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file":
+        return {"type": "file", "file": {k: v for k, v in part.items() if k != "type"}}
+    raise MessageError(f"{where}: content part type {kind!r} has no chat-completions form; "
+                       "send it to a Responses provider or remove the part")
+
+
+def parts_of(message: Message) -> list[dict[str, Any]]:
+    """The message's content parts as dicts."""
+    return [json.loads(raw) for raw in message.parts]
+
+
+def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The Responses ``input`` list for ``messages`` (local-only messages skipped)."""
+    items: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if m.local_only:
+            continue
+        where = f"messages[{i}]"
+        if m.role == "tool":
+            output: Any = m.content
+            if m.parts:
+                output = [part_to_responses(p, "user", f"{where}.content") for p in parts_of(m)]
+            items.append({"type": "function_call_output", "call_id": m.tool_call_id or "",
+                          "output": output})
+            continue
+        if m.role != "assistant" or m.content or m.parts or not m.tool_calls:
+            content: Any = m.content
+            if m.parts:
+                content = [part_to_responses(p, m.role, f"{where}.content[{j}]")
+                           for j, p in enumerate(parts_of(m))]
+            items.append({"type": "message", "role": m.wire_role or m.role, "content": content})
+        for call in m.tool_calls:
+            items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                          "arguments": call.arguments})
+    return items
+
+
+def tool_item(tool: ToolSchema) -> dict[str, Any]:
+    """A tool schema in the Responses function form (no ``function`` wrapper)."""
+    item: dict[str, Any] = {"type": "function", "name": tool.name,
+                            "description": tool.description,
+                            "parameters": dict(tool.parameters)}
+    if tool.extra:
+        item.update(json.loads(tool.extra))
+    return item
+
+
+def _message(item: Mapping[str, Any], where: str) -> Message:
+    role = item.get("role")
+    if role not in ("system", "developer", "user", "assistant"):
+        raise MessageError(f"{where}.role: unknown role {role!r} for a message item")
+    content = item.get("content")
+    fields: dict[str, Any] = {}
+    if isinstance(content, str):
+        fields["content"] = content
+    elif isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                raise MessageError(f"{where}.content[{j}]: a part must be an object with a "
+                                   "string 'type'")
+        fields["parts"] = tuple(dumps(part) for part in content)
+    else:
+        raise MessageError(f"{where}.content: must be a string or a list of parts")
+    return Message(role=cast(Role, "system" if role == "developer" else role),
+                   wire_role="developer" if role == "developer" else "", **fields)
+
+
+def _call(item: Mapping[str, Any], where: str) -> ToolCall:
+    values = [item.get(k) for k in ("call_id", "name", "arguments")]
+    if not all(isinstance(v, str) for v in values):
+        raise MessageError(f"{where}: a function_call item needs string call_id, name and "
+                           "arguments")
+    return ToolCall(id=values[0], name=values[1], arguments=values[2])  # type: ignore[arg-type]
+
+
+def _output(item: Mapping[str, Any], where: str) -> Message:
+    call_id, output = item.get("call_id"), item.get("output")
+    if not isinstance(call_id, str):
+        raise MessageError(f"{where}.call_id: a function_call_output item needs a string")
+    if isinstance(output, str):
+        return Message(role="tool", content=output, tool_call_id=call_id)
+    if isinstance(output, list):
+        return Message(role="tool", parts=tuple(dumps(p) for p in output),
+                       tool_call_id=call_id)
+    raise MessageError(f"{where}.output: must be a string or a list of parts")
+
+
+def messages_from_items(items: Iterable[Mapping[str, Any]], *, where: str = "input"
+                        ) -> list[Message]:
+    """Messages for a list of Responses input items (see the module docstring)."""
+    out: list[Message] = []
+    for i, item in enumerate(items):
+        here = f"{where}[{i}]"
+        if not isinstance(item, Mapping):
+            raise MessageError(f"{here}: an input item must be an object")
+        kind = item.get("type", "message")
+        if kind == "message":
+            out.append(check_message(_message(item, here), where=here))
+        elif kind == "function_call":
+            call = _call(item, here)
+            last = out[-1] if out else None
+            if last is not None and last.role == "assistant":
+                out[-1] = attrs.evolve(last, tool_calls=(*last.tool_calls, call))
+            else:
+                out.append(Message(role="assistant", content_form="null", tool_calls=(call,)))
+        elif kind == "function_call_output":
+            out.append(check_message(_output(item, here), where=here))
+        else:
+            raise MessageError(f"{here}.type: input item type {kind!r} cannot be kept in a "
+                               "transcript; allowed: message, function_call, "
+                               "function_call_output")
+    return out
+
+
+def tools_from_responses(tools: Iterable[Mapping[str, Any]]) -> list[ToolSchema]:
+    """Tool schemas from Responses (or chat) function tools."""
+    return [tool_schema_from_openai(t, where=f"tools[{i}]") for i, t in enumerate(tools)]

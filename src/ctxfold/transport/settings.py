@@ -1,0 +1,158 @@
+"""What the provider clients share: their settings, results, stream watchdog and the
+request parts that do not depend on sync or async I/O (URL, key, headers, error mapping)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from ctxfold.kernel.errors import AuthenticationError, ProviderError, ProviderTimeoutError
+from ctxfold.kernel.secrets import redact_text
+from ctxfold.kernel.types import SseEvent
+from ctxfold.transport import errors
+from ctxfold.transport.errors import OverflowParser
+
+
+@attrs.frozen
+class HttpSettings:
+    """Connection policy of one provider client (all durations in seconds).
+
+    ``parse_overflow`` and ``request_id_headers`` come from what the provider declares
+    (:class:`~ctxfold.kernel.contracts.ProviderDefaults`).
+    """
+
+    base_url: str
+    api_key_env: str
+    provider: str = "provider"
+    api_key: str | None = None  # explicit key (tests, emulator); otherwise read from the env
+    connect_timeout: float = 10.0
+    idle_timeout: float = 120.0
+    total_timeout: float = 600.0
+    max_retries: int = 2
+    require_key: bool = True
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    parse_overflow: OverflowParser | None = None
+    request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
+
+
+class Watchdog:
+    """Enforces the total ceiling and the no-event idle timeout as bytes arrive."""
+
+    def __init__(self, client: ClientBase, idle: float | None) -> None:
+        self.client = client
+        self.clock = client.clock
+        self.started = self.last_event = self.clock()
+        self.idle = idle
+
+    def event(self) -> None:
+        self.last_event = self.clock()
+
+    def check(self) -> None:
+        now = self.clock()
+        s = self.client.settings
+        where = redact_text(self.client.url_for(""))
+        if now - self.started > s.total_timeout:
+            raise ProviderTimeoutError(
+                f"{s.provider}: response from {where} exceeded the total-duration ceiling of "
+                f"{s.total_timeout:g}s; raise [provider] timeout_seconds for very long outputs "
+                "or retry later"
+            )
+        if self.idle is not None and now - self.last_event > self.idle:
+            raise ProviderTimeoutError(
+                f"{s.provider}: no data from {where} for {now - self.last_event:.0f}s (only "
+                f"keep-alives; idle timeout {self.idle:g}s); the server is likely overloaded, "
+                "retry later"
+            )
+
+
+@attrs.frozen
+class JsonResult:
+    """A parsed non-streaming response."""
+
+    data: Any
+    request_id: str = ""
+
+
+@attrs.frozen
+class EventStream:
+    """The events of one streamed response and its request id."""
+
+    events: Iterator[SseEvent]
+    request_id: str = ""
+
+    def __iter__(self) -> Iterator[SseEvent]:
+        return self.events
+
+
+def request_id_of(headers: Mapping[str, str], names: tuple[str, ...]) -> str:
+    """The first of the provider's request-id headers present in ``headers``."""
+    for name in names:
+        value = headers.get(name)
+        if value:
+            return str(value)
+    return ""
+
+
+class ClientBase:
+    """What the sync and async clients share: settings, URL, key, headers, scrubbing."""
+
+    settings: HttpSettings
+    clock: Callable[[], float]
+
+    def url_for(self, path: str) -> str:
+        """Absolute URL of ``path`` under the base URL."""
+        return self.settings.base_url.rstrip("/") + path
+
+    def api_key(self) -> str | None:
+        """The key, read now (explicit key first, then ``$api_key_env``)."""
+        s = self.settings
+        key = s.api_key if s.api_key is not None else os.environ.get(s.api_key_env, "")
+        if not key and s.require_key:
+            raise AuthenticationError(
+                f"{s.provider}: environment variable {s.api_key_env} is not set or empty; "
+                f"export {s.api_key_env}=<your key> or set [provider] api_key_env to the "
+                "variable that holds it",
+                status=None,
+            )
+        return key or None
+
+    def scrub(self, text: str) -> str:
+        """``text`` with this client's key (explicit or from the env) and other secrets
+        masked; applied to every provider-originated text that reaches an error message."""
+        s = self.settings
+        return redact_text(text, s.api_key or os.environ.get(s.api_key_env) or None)
+
+    def headers(self, stream: bool) -> dict[str, str]:
+        """Request headers, with the key read per attempt (a rotation takes effect)."""
+        headers = {"Content-Type": "application/json", "User-Agent": "ctxfold"}
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        headers.update(self.settings.headers)
+        key = self.api_key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def request_id(self, headers: Mapping[str, str]) -> str:
+        """The first of the provider's request-id headers present."""
+        return request_id_of(headers, self.settings.request_id_headers)
+
+    def timeout(self) -> Any:
+        """The httpx timeout of the settings (connect, idle read/write, pool)."""
+        import httpx
+
+        s = self.settings
+        return httpx.Timeout(connect=s.connect_timeout, read=s.idle_timeout,
+                             write=s.idle_timeout, pool=s.connect_timeout)
+
+    def status_error(self, status: int, text: str, url: str, attempt: int, key: str | None,
+                     headers: Mapping[str, str]) -> tuple[ProviderError, bool]:
+        """``(error, retryable)`` for an HTTP error response."""
+        s = self.settings
+        return errors.status_error(
+            provider=s.provider, status=status, text=text, url=url, attempts=attempt + 1,
+            request_id=self.request_id(headers), key=key, api_key_env=s.api_key_env,
+            base_url=s.base_url, parse_overflow=s.parse_overflow,
+        )
