@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,14 +60,40 @@ def make_config(
     )
 
 
-@pytest.fixture
-def open_session(tmp_path: Path) -> Callable[..., Any]:
-    """``open_session(session_id="s", window=..., ratio=..., **open_kwargs)``."""
+class AsyncFace:
+    """A ContextManager driven through its async face: ``prepare``/``compact``/``complete``
+    run ``aprepare``/``acompact``/``acomplete`` in an event loop, everything else is the
+    manager itself. The engine's tests run on both faces through it."""
+
+    def __init__(self, cm: ContextManager) -> None:
+        self._cm = cm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cm, name)
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(self._cm.aprepare(*args, **kwargs))
+
+    def compact(self, *args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(self._cm.acompact(*args, **kwargs))
+
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(self._cm.acomplete(*args, **kwargs))
+
+    def fork(self, *args: Any, **kwargs: Any) -> Any:
+        return AsyncFace(self._cm.fork(*args, **kwargs))
+
+
+@pytest.fixture(params=["sync", "async"])
+def open_session(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``open_session(session_id="s", window=..., ratio=..., **open_kwargs)``, once for the
+    sync face and once for the async one."""
 
     def _open(session_id: str = "s", *, window: int = 30_000, ratio: float = 0.5,
-              config: Config | None = None, **kwargs: Any) -> ContextManager:
+              config: Config | None = None, **kwargs: Any) -> Any:
         cfg = config or make_config(tmp_path, window=window, ratio=ratio)
-        return open_ctxfold_session(session_id, config=cfg, **kwargs)
+        cm = open_ctxfold_session(session_id, config=cfg, **kwargs)
+        return AsyncFace(cm) if request.param == "async" else cm
 
     return _open
 

@@ -26,9 +26,11 @@ from ctxfold.kernel.types import ImportedSession, Message, ToolSchema, Usage
 
 __all__ = [
     "DEFAULT_PRIORITY",
+    "SESSION_SUFFIXES",
     "SessionBuilder",
     "check_pairing",
     "detect_format",
+    "expand_paths",
     "import_session",
     "importer_error",
     "known_formats",
@@ -203,3 +205,36 @@ def import_session(
         session.messages, [f"message {i}" for i in range(len(session.messages))], path
     )
     return session
+
+
+#: Files a directory walk offers to the importers (anything else, e.g. README.md, is skipped).
+SESSION_SUFFIXES = (".json", ".jsonl", ".traj", ".xml", ".ndjson")
+
+
+def expand_paths(paths: Sequence[str | Path], registry: Registry, fmt: str | None = None
+                 ) -> list[Path]:
+    """Each path as given, except that a directory no importer reads as one session (an
+    OpenHands conversation is one) is walked for the sessions inside it. A missing path
+    raises :class:`ImporterError`."""
+    importers = _importers(registry, None, None)
+    out: list[Path] = []
+
+    def walk(path: Path) -> None:
+        if path.is_dir():
+            try:
+                _detect(path, importers)
+            except ImporterError:
+                for child in sorted(path.iterdir()):
+                    if child.is_dir() or child.suffix.lower() in SESSION_SUFFIXES:
+                        walk(child)
+                return
+        out.append(path)
+
+    for raw in paths:
+        path = Path(raw)
+        _require_exists(path)
+        if fmt is None and path.is_dir():
+            walk(path)
+        else:
+            out.append(path)
+    return out

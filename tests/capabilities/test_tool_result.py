@@ -160,13 +160,14 @@ def test_duplicate_call_id_requires_exact_ref() -> None:
         "second ")
 
 
-def test_bounded_result_requires_ref_from_marker() -> None:
+def test_the_only_bounded_result_of_a_call_needs_no_ref_but_a_wrong_ref_fails() -> None:
     text = "x" * 40000
     msg = big("c1", text)
     ref = result_ref("c1", text)
     assert f"result_ref={ref}" in msg.content
-    with pytest.raises(ToolResultError, match=f"truncated; retry with result_ref='{ref}'"):
-        read_tool_result([msg], tool_call_id="c1")
+    # result_ref is required when ambiguous (SPEC §3.7); one result for the id is not.
+    header = json.loads(read_tool_result([msg], tool_call_id="c1").split("\n", 1)[0])
+    assert header["result_ref"] == ref and header["total_bytes"] == 40000
     with pytest.raises(ToolResultError, match=f"result_ref='tr-000'.*result_ref={ref}"):
         read_tool_result([msg], tool_call_id="c1", result_ref="tr-000")
 

@@ -169,3 +169,20 @@ def test_default_provider_is_the_in_process_emulator(
     hits = re.findall(r"cache hit [\d.]+% \((\d+)/(\d+)\)", out)
     assert len(hits) == 2 and int(hits[1][0]) > 0
     assert len((tmp_path / "s" / "d1.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_failed_turn_is_retried_without_a_duplicate_user_message(
+    workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    emulator: Any,
+) -> None:
+    from ctxfold.emulator import Fault
+
+    # Every attempt of the first turn fails (the provider stays unreachable for it).
+    emulator.inject(Fault("overloaded", count=3))  # the first try and both retries
+    code, _, err = chat(capsys, monkeypatch, "hello\n", "--session", "c9")
+    assert code == 1 and "503" in err
+    assert [m["content"] for m in transcript(workdir, "c9")] == ["hello"]
+    code, out, _ = chat(capsys, monkeypatch, "hello\n", "--session", "c9")
+    assert code == 0 and "the last turn got no answer: 'hello'" in out
+    assert [(m["role"], m["content"]) for m in transcript(workdir, "c9")] == [
+        ("user", "hello"), ("assistant", "OK.")]

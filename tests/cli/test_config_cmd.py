@@ -146,3 +146,15 @@ def test_unknown_disabled_plugin_is_reported(tmp_path, capsys) -> None:
     config.write_text('[plugins]\ndisabled = ["heuristic-typo"]\n')
     assert main(["--config", str(config), "plugins", "--json"]) == 0
     assert "'heuristic-typo'" in capsys.readouterr().err
+
+
+def test_show_names_what_the_provider_declares(project: Path, capsys: pytest.CaptureFixture[str]
+                                               ) -> None:
+    (project / "ctxfold.toml").write_text('[provider]\nname = "responses"\n')
+    assert main(["config", "show"]) == 0
+    out = capsys.readouterr().out
+    assert 'model = "gpt-5.5"' in out and "context_window = 400000" in out
+    assert out.count("# provider default (responses)") == 5
+    assert main(["config", "show", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["config"]["provider"]
+    assert shown["cache_ttl_minutes"] == {"value": 10, "source": "provider default (responses)"}

@@ -13,7 +13,6 @@ import pytest
 from ctxfold.cli import common, estimate_cmd
 from ctxfold.cli.main import COMMAND_MODULES
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.errors import ImporterError
 from ctxfold.kernel.registry import Registry
 
 MESSAGES: list[dict[str, Any]] = [
@@ -46,11 +45,11 @@ def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+def run(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = 0) -> str:
     parser = argparse.ArgumentParser(prog="ctxfold")
     estimate_cmd.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    assert args.func(args) == 0
+    assert args.func(args) == code
     return capsys.readouterr().out
 
 
@@ -73,7 +72,8 @@ def test_json_shape_and_per_request(tmp_path: Path, capsys: pytest.CaptureFixtur
     path.write_text(json.dumps(MESSAGES), encoding="utf-8")
     out = json.loads(run(["estimate", str(path), "--estimator", "heuristic", "--json",
                           "--per-request"], capsys))
-    assert list(out["sessions"][0]) == ["name", "tokens", "requests"]
+    assert list(out["sessions"][0]) == ["name", "format", "tokens", "requests"]
+    assert out["sessions"][0]["format"] == "openai" and out["errors"] == []
     session = out["sessions"][0]
     assert session["name"] == str(path)
     assert session["tokens"] == heuristic_total(MESSAGES)
@@ -131,10 +131,15 @@ def test_malformed_files_name_file_and_position(
 ) -> None:
     path = tmp_path / name
     path.write_text(body, encoding="utf-8")
-    with pytest.raises(ImporterError) as info:
-        run(["estimate", str(path), "--estimator", "heuristic"], capsys)
-    assert str(path) in str(info.value)
-    assert where in str(info.value)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(MESSAGES), encoding="utf-8")
+    # The bad file is reported and skipped; the good one is still estimated; exit 1.
+    out = run(["estimate", str(path), str(good), "--estimator", "heuristic"], capsys, code=1)
+    assert str(good) in out and str(path) not in out
+    out = json.loads(run(["estimate", str(path), "--estimator", "heuristic", "--json"], capsys,
+                         code=1))
+    [error] = out["errors"]
+    assert error["path"] == str(path) and where in error["error"]
 
 
 def test_read_session_file_is_the_reading_seam(tmp_path: Path) -> None:
@@ -167,3 +172,15 @@ def test_tools_file_is_counted_when_the_session_records_none(
     with_tools = json.loads(run(["estimate", str(path), "--estimator", "heuristic", "--json",
                                  "--tools", str(tools)], capsys))
     assert with_tools["sessions"][0]["tokens"] > plain["sessions"][0]["tokens"]
+
+
+def test_per_request_shows_what_the_provider_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "importers" / "mini_v2.traj.json"
+    out = json.loads(run(["estimate", str(fixture), "--estimator", "heuristic", "--json",
+                          "--per-request"], capsys))
+    [session] = out["sessions"]
+    assert session["format"] == "mini-swe-agent-v2"
+    reported = [r["reported"] for r in session["requests"]]
+    assert any(isinstance(r, int) and r > 0 for r in reported)
+    text = run(["estimate", str(fixture), "--estimator", "heuristic", "--per-request"], capsys)
+    assert "(mini-swe-agent-v2)" in text and "provider reported" in text

@@ -139,3 +139,21 @@ def test_unknown_or_hostile(root: Path, capsys: pytest.CaptureFixture[str], sess
                             ) -> None:
     code, out, err = run(capsys, "inspect", session)
     assert code == 1 and out == "" and err.startswith("ctxfold: error: ")
+
+
+def test_view_prints_what_the_model_sees_now(root: Path, capsys: pytest.CaptureFixture[str]
+                                             ) -> None:
+    assert main(["inspect", "s", "--view"]) == 0
+    out = capsys.readouterr().out
+    view = out[out.index("--- view: "):]
+    assert "[0] system:\nbe brief" in view
+    assert "(checkpoint summary):\n<compaction-summary>" in view  # the summary, in full
+    assert "more characters; --full shows all" in view
+    assert main(["inspect", "s", "--view", "--full"]) == 0
+    assert "more characters" not in capsys.readouterr().out
+    assert main(["inspect", "s", "--view", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    content = report["view"]["content"]
+    assert len(content) == report["view"]["messages"]
+    assert content[0] == {"role": "system", "content": "be brief"}
+    assert any(m["content"].startswith("<compaction-summary>") for m in content)

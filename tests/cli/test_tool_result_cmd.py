@@ -73,6 +73,14 @@ def test_pages_chain_to_full_text(root: Path, capsys: pytest.CaptureFixture[str]
     assert "".join(pieces) == TEXT
 
 
+def test_the_only_result_of_a_call_needs_no_ref(root: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "tool-result", "s1", "c1", "--root", str(root))
+    assert (code, err) == (0, "")
+    header = json.loads(out.split("\n", 1)[0])
+    assert header["result_ref"] == result_ref("c1", TEXT) and header["offset"] == 0
+
+
 def test_small_result_needs_no_ref(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "tool-result", "s1", "c2", "--root", str(root))
     assert code == 0
@@ -83,7 +91,6 @@ def test_small_result_needs_no_ref(root: Path, capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["s1", "c1"], "was truncated; retry with result_ref="),
         (["s1", "zz"], "no tool result with tool_call_id='zz'"),
         (["s1", "c2", "--limit", "0"], "limit=0 is out of range"),
         (["s1", "c2", "--offset", "99"], "offset=99 is outside"),

@@ -361,7 +361,8 @@ def test_append_refuses_what_the_transcript_could_not_load(open_session) -> None
 def test_tool_result_with_raw_content_is_still_bounded(open_session) -> None:
     cm = open_session()
     full = "x" * 100_000
-    cm.append(Message(role="tool", content=full, raw_content=full, tool_call_id="c1",
+    cm.append(Message(role="assistant", tool_calls=(ToolCall(id="c1", name="bash"),)),
+              Message(role="tool", content=full, raw_content=full, tool_call_id="c1",
                       name="bash"))
     stored = cm.canonical[-1]
     assert len(stored.content.encode()) <= 32_768 and stored.raw_content == full

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ctxfold.cli.main import main
-from ctxfold.cli.replay_cmd import expand_paths, profile_window
+from ctxfold.cli.replay_cmd import profile_window
+from ctxfold.importing import expand_paths
 from ctxfold.kernel.registry import Registry
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "transcripts"

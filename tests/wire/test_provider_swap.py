@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
 import attrs
 import pytest
 
+import ctxfold
 from ctxfold.config.load import load_config
 from ctxfold.engine.manager import ContextManager
 from ctxfold.engine.opening import open_session
@@ -168,3 +170,76 @@ def test_emulator_profile_swap_is_toml_only(profile: str, tmp_path: Path) -> Non
         assert any(u.cache_hit_tokens > 0 for _v, u in usages)
     finally:
         provider.close()
+
+
+@pytest.mark.parametrize(("name", "key_env", "model", "window"), [
+    ("deepseek", "DEEPSEEK_API_KEY", "deepseek-flash", 1_048_576),
+    ("mimo", "MIMO_API_KEY", "mimo-v2.5-pro", 262_144),
+    ("responses", "OPENAI_API_KEY", "gpt-5.5", 400_000),
+])
+def test_naming_a_provider_is_enough(
+    name: str, key_env: str, model: str, window: int, tmp_path: Path, ctxfold_emulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A TOML with only ``name`` and ``base_url``: that provider's own model, window, key
+    variable and cache TTL, declared by its plugin; the trigger follows its window."""
+    emulator = ctxfold_emulator(name)
+    monkeypatch.setenv(key_env, "k-test")
+    toml = tmp_path / "ctxfold.toml"
+    toml.write_text(f'[provider]\nname = "{name}"\nbase_url = "{emulator.base_url}"\n'
+                    f'[store]\npath = "{(tmp_path / "s").as_posix()}"\n')
+    loaded = load_config(config_path=toml, cwd=tmp_path, env={})
+    assert loaded.config.provider.model == model
+    assert loaded.sources["provider.model"] == f"provider default ({name})"
+    assert loaded.sources["provider.base_url"].startswith("project file")
+    with ctxfold.create_provider(loaded) as provider:
+        cm = ctxfold.open_session("named", config=loaded, provider=provider)
+        assert cm.window == window and cm.trigger_tokens == int(window * 0.8)
+        cm.append({"role": "user", "content": "hello"})
+        cm.complete(provider)
+    assert emulator.requests[-1].body["model"] == model
+    explicit = load_config(config_path=toml, cwd=tmp_path,
+                           env={"CTXFOLD_PROVIDER_MODEL": "my-model"})
+    assert explicit.config.provider.model == "my-model"  # an explicit value wins
+    assert explicit.sources["provider.model"] == "env CTXFOLD_PROVIDER_MODEL"
+
+
+def test_the_async_face_over_tcp_checkpoints_and_keeps_the_prefix_stable(
+    tmp_path: Path, ctxfold_emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``acomplete`` through httpx's async client: append-only requests extend each other
+    byte for byte until the checkpoint, summaries come from an async callable."""
+    import asyncio
+    import json
+
+    emulator = ctxfold_emulator("deepseek", window=24_000)
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "k-test")
+    config = load_config(cwd=tmp_path, env={}, cli_overrides={
+        "provider.name": "deepseek", "provider.base_url": emulator.base_url,
+        "provider.context_window": "24000", "agent.compact_ratio": "0.5",
+        "store.path": str(tmp_path / "s")}).config
+    summaries: list[object] = []
+
+    async def summarize(request) -> str:
+        summaries.append(request)
+        return "## Goal\n- refactor the parser"
+
+    async def run() -> ContextManager:
+        provider = ctxfold.create_provider(config)
+        cm = ctxfold.open_session("async", config=config, summarize=summarize)
+        cm.append(Message(role="system", content="You are a coding agent."),
+                  Message(role="user", content=TASK))
+        for i in range(12):
+            await cm.acomplete(provider)
+            cm.append(Message(role="user", content=f"observation {i}: all good\n" * 300))
+        await provider.aclose()
+        return cm
+
+    cm = asyncio.run(run())
+    assert summaries and cm.state.projection is not None
+    bodies = [json.dumps(r.body["messages"], separators=(",", ":")) for r in emulator.requests]
+    first_install = next(i for i, r in enumerate(emulator.requests)
+                         if "compaction-summary" in json.dumps(r.body))
+    for before, after in itertools.pairwise(bodies[:first_install]):
+        assert after.startswith(before[:-1])  # the previous list, extended
+    assert len(cm.canonical) == 2 + 12 * 2

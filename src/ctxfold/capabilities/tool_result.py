@@ -103,13 +103,9 @@ def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> 
             f"tool_call_id={tool_call_id!r} is ambiguous ({len(candidates)} results); "
             f"retry with one of result_ref={', '.join(distinct)}"
         )
-    message, candidate_ref = candidates[0]
-    if _is_bounded(message):
-        raise ToolResultError(
-            f"tool result {tool_call_id!r} was truncated; retry with "
-            f"result_ref={candidate_ref!r} from its marker"
-        )
-    return message, candidate_ref
+    # One result for this call id: it is not ambiguous, so no result_ref is needed (SPEC
+    # §3.7: required when ambiguous), truncated or not.
+    return candidates[0]
 
 
 def read_tool_result(

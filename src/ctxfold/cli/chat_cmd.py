@@ -95,7 +95,8 @@ class ChatLoop:
         from ctxfold.kernel.types import Message
 
         before = self._version()
-        self.cm.append(Message(role="user", content=text))
+        if pending_user_text(self.cm) != text:  # a failed turn left it: send it again
+            self.cm.append(Message(role="user", content=text))
         response = self.cm.complete(self.provider)
         self._say(response.message.content)
         after = self._version()
@@ -172,6 +173,12 @@ class ChatLoop:
         return 1 if self.failures else 0
 
 
+def pending_user_text(cm: Any) -> str | None:
+    """The text of a user message the transcript ends with (a turn that failed), if any."""
+    last = cm.canonical[-1] if cm.canonical else None
+    return last.content if last is not None and last.role == "user" else None
+
+
 def run(args: argparse.Namespace) -> int:
     from ctxfold.cli.sessions_cmd import open_store
     from ctxfold.engine.opening import open_session
@@ -193,6 +200,10 @@ def run(args: argparse.Namespace) -> int:
             notice = f"; {resumed.notice}" if resumed.notice else ""
             print(f"[session {session_id}: {len(cm.canonical)} messages, cache "
                   f"{resumed.cache_state}{notice}]", flush=True)
+            pending = pending_user_text(cm)
+            if pending is not None:
+                print(f"[the last turn got no answer: {pending[:60]!r}; send it again to "
+                      "retry — it is not appended twice]", flush=True)
         else:
             if args.system:
                 cm.append(Message(role="system", content=args.system))

@@ -2,19 +2,23 @@
 
 Token counts of session files in any importer format (OpenAI chat JSON/JSONL,
 mini-swe-agent, SWE-agent, OpenHands, Claude Code; detected automatically, or ``--format``);
-recorded tool schemas are counted. ``--per-request`` adds, for each assistant message, the
-estimate of the request that produced it (every message before it).
+directories are walked like ``replay`` walks them, and one unreadable file is reported and
+skipped (exit 1 at the end), never the end of the run. Recorded tool schemas are counted.
+``--per-request`` adds, for each assistant message, the estimate of the request that produced
+it (every message before it) beside the prompt tokens the provider reported, when the format
+records them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ctxfold.kernel.errors import StoreError
-from ctxfold.kernel.types import Message, ToolSchema
+from ctxfold.kernel.types import Message, ToolSchema, Usage
 
 
 def register(subparsers: Any) -> None:
@@ -87,8 +91,10 @@ def read_tools_file(path: str | Path) -> list[ToolSchema]:
 
 
 def estimate_session(estimator: Any, messages: list[Message], tools: list[ToolSchema],
-                     per_request: bool) -> tuple[int, list[dict[str, int]]]:
-    """Total estimate and, if asked, ``{"index", "tokens"}`` per assistant message."""
+                     per_request: bool, reported: Sequence[Usage | None] = ()
+                     ) -> tuple[int, list[dict[str, Any]]]:
+    """Total estimate and, if asked, ``{"index", "tokens", "reported"}`` per assistant message
+    (``reported``: the provider's prompt tokens for that request, ``None`` if not recorded)."""
     from ctxfold.kernel.types import RequestShape
 
     requests = []
@@ -96,12 +102,18 @@ def estimate_session(estimator: Any, messages: list[Message], tools: list[ToolSc
         for i, message in enumerate(messages):
             if message.role == "assistant" and not message.local_only:
                 shape = RequestShape(messages=messages[:i], tools=tools)
-                requests.append({"index": i, "tokens": estimator.estimate(shape)})
+                usage = reported[i] if i < len(reported) else None
+                requests.append({"index": i, "tokens": estimator.estimate(shape),
+                                 "reported": usage.prompt_tokens if usage else None})
     return estimator.estimate(RequestShape(messages=messages, tools=tools)), requests
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from ctxfold.cli.common import load_cli_config, load_registry
+    from ctxfold.importing import expand_paths, import_session
+    from ctxfold.kernel.errors import CtxfoldError
     from ctxfold.kernel.kinds import ESTIMATOR
 
     loaded = load_cli_config(args)
@@ -109,17 +121,35 @@ def run(args: argparse.Namespace) -> int:
     name = args.estimator or loaded.config.estimator.name
     estimator = registry.create(ESTIMATOR, name, config=loaded.config)
     extra_tools = read_tools_file(args.tools) if args.tools else []
-    sessions: list[dict[str, Any]] = []
-    for path in args.paths:
-        messages, tools = read_session(path, registry, args.format)
-        tools = tools or extra_tools
-        tokens, requests = estimate_session(estimator, messages, tools, args.per_request)
-        sessions.append({"name": str(path), "tokens": tokens, "requests": requests})
+    results: list[dict[str, Any]] = []
+    errors: list[dict[str, str]] = []
+    for path in expand_paths(args.paths, registry, args.format):
+        try:
+            session = import_session(path, registry, args.format, config=loaded.config)
+        except CtxfoldError as exc:  # one unreadable file must not hide the others
+            errors.append({"path": str(path), "error": str(exc)})
+            if not args.json:
+                print(f"ctxfold: error: {exc}", file=sys.stderr)
+            continue
+        tokens, requests = estimate_session(
+            estimator, list(session.messages), list(session.tools) or extra_tools,
+            args.per_request, session.reported_usage)
+        results.append({"name": str(path), "format": session.format, "tokens": tokens,
+                         "requests": requests})
     if args.json:
-        print(json.dumps({"estimator": name, "sessions": sessions}, indent=2))
-        return 0
-    for session in sessions:
-        print(f"{session['tokens']:>10}  {session['name']}")
-        for request in session["requests"]:
-            print(f"{request['tokens']:>10}    request before message {request['index']}")
-    return 0
+        print(json.dumps({"estimator": name, "sessions": results, "errors": errors}, indent=2))
+    else:
+        for result in results:
+            print(f"{result['tokens']:>10}  {result['name']}  ({result['format']})")
+            for request in result["requests"]:
+                print(f"{request['tokens']:>10}    request before message {request['index']}"
+                      + _reported(request))
+    return 1 if errors else 0
+
+
+def _reported(request: dict[str, Any]) -> str:
+    reported = request["reported"]
+    if reported is None:
+        return ""
+    error = (request["tokens"] - reported) / reported * 100 if reported else 0.0
+    return f"  (provider reported {reported}, estimate {error:+.1f}%)"

@@ -38,6 +38,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("session", metavar="SESSION", help="session id")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--view", action="store_true",
+                        help="also print the messages the model sees now (summaries in full, "
+                        "other messages to 400 characters unless --full)")
+    parser.add_argument("--full", action="store_true", help="with --view: print every "
+                        "message in full")
     add_root_flag(parser)
     add_config_flag(parser, "provider.context_window", "--window",
                     help="context window in tokens (default: [provider] context_window)")
@@ -216,12 +221,52 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+VIEW_EXCERPT = 400
+
+
+def render_view(messages: Sequence[Message], *, full: bool) -> str:
+    """The view as the model reads it, one message per block."""
+    from ctxfold.kernel.summary import is_summary_message
+    from ctxfold.kernel.types import TEXT_PART_TYPES
+
+    out = [f"--- view: {len(messages)} messages ---"]
+    for i, m in enumerate(messages):
+        label: str = m.role
+        if is_summary_message(m):
+            label += " (checkpoint summary)"
+        elif m.role == "tool":
+            label += f" {m.tool_call_id} ({m.name or 'tool'})"
+        text = m.text
+        if not full and not is_summary_message(m) and len(text) > VIEW_EXCERPT:
+            text = (text[:VIEW_EXCERPT] + f"… ({len(text) - VIEW_EXCERPT} more characters; "
+                    "--full shows all)")
+        out.append(f"[{i}] {label}:")
+        if text:
+            out.append(text)
+        other = [json.loads(p).get("type") for p in m.parts]
+        other = [kind for kind in other if kind not in TEXT_PART_TYPES]
+        if other:
+            out.append(f"  (+ {len(other)} non-text parts: {', '.join(map(str, other))})")
+        out.extend(f"  → {c.name}({c.arguments})" for c in m.tool_calls)
+    return "\n".join(out)
+
+
 def run(args: argparse.Namespace) -> int:
     from ctxfold.cli.sessions_cmd import open_store
+    from ctxfold.interop.chat import message_to_openai
 
-    report = collect(open_store(args), args.session)
+    handle = open_store(args)
+    report = collect(handle, args.session)
+    view: list[Message] = []
+    if args.view:
+        canonical, _ = read_canonical(handle, args.session)
+        state, _present, _error, _more = read_state(handle, args.session, canonical)
+        view = visible(state, canonical)
+        report["view"]["content"] = [message_to_openai(m, local_fields=False) for m in view]
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
         print(render(report))
+        if args.view:
+            print(render_view(view, full=args.full))
     return 0

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ctxfold.cli.common import load_cli_config, load_registry
-    from ctxfold.importing import import_session
+    from ctxfold.importing import expand_paths, import_session
     from ctxfold.replay import ReplaySettings
     from ctxfold.replay.demo import DEMO_WINDOW, demo_session
     from ctxfold.replay.pricing import DEFAULT_PROFILE, get_price
@@ -143,39 +143,6 @@ def profile_window(profile: str) -> int:
     from ctxfold.replay.pricing import get_price
 
     return get_profile(get_price(profile).emulator_profile).window
-
-
-#: Files a directory walk offers to the importers (anything else, e.g. README.md, is skipped).
-SESSION_SUFFIXES = (".json", ".jsonl", ".traj", ".xml", ".ndjson")
-
-
-def expand_paths(paths: list[str], registry: Any, fmt: str | None) -> list[Path]:
-    """Each PATH as given, except that a directory no importer reads as one session (an
-    OpenHands conversation is one) is walked for the sessions inside it."""
-    from ctxfold.importing import detect_format
-
-    out: list[Path] = []
-
-    def walk(path: Path) -> None:
-        if path.is_dir():
-            try:
-                detect_format(path, registry)
-            except CtxfoldError:
-                for child in sorted(path.iterdir()):
-                    if child.is_dir() or child.suffix.lower() in SESSION_SUFFIXES:
-                        walk(child)
-                return
-        out.append(path)
-
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise ConfigError(f"replay: {path} does not exist")
-        if fmt is None and path.is_dir():
-            walk(path)
-        else:
-            out.append(path)
-    return out
 
 
 def _run_with_progress(sessions: list[Any], settings: Any, registry: Any, config: Any) -> Any:

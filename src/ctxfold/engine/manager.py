@@ -1,11 +1,9 @@
 """The ContextManager: the one object an agent holds per session (SPEC §1–§3).
 
-It composes parts and owns nothing but their wiring: the canonical transcript (append-only,
-kept forever), the committer (sidecar state: projection, receipts, telemetry), the strategies
-the registry selected (:class:`~ctxfold.engine.parts.SessionParts`), the view tracker and the
-runtime latches. ``prepare()`` is the only automatic maintenance — a run of
-:func:`ctxfold.kernel.maintenance.maintain` over a frozen context, whose typed outcome is
-applied here; everything else only reads, appends, or records statistics.
+It composes parts — the canonical transcript, the committer (sidecar state), the strategies
+(:class:`~ctxfold.engine.parts.SessionParts`), the view tracker, the runtime latches — and
+applies the typed outcome of :func:`ctxfold.kernel.maintenance.maintain`, the only automatic
+maintenance; everything else only reads, appends, or records statistics.
 """
 
 from __future__ import annotations
@@ -20,7 +18,14 @@ import attrs
 
 from ctxfold.capabilities.tool import handle_use_capability
 from ctxfold.engine import turn as turns
-from ctxfold.engine.parts import LoadedSession, SessionParts, load_session, with_model
+from ctxfold.engine.parts import (
+    LoadedSession,
+    SessionParts,
+    call_ids,
+    check_pairing,
+    load_session,
+    with_model,
+)
 from ctxfold.engine.prepared import (
     COLD_RESUME_NOTICE,
     PreparedRequest,
@@ -81,6 +86,7 @@ class ContextManager:
         # A turn is one model request: it ends when the assistant's answer is appended.
         self._turn = sum(1 for m in self._canonical if m.role == "assistant")
         self._last_shape: RequestShape | None = None
+        self._call_ids = call_ids(self._canonical)
 
     # -- parts and state ---------------------------------------------------------------------
 
@@ -141,15 +147,17 @@ class ContextManager:
         A malformed message raises :class:`MessageError` naming its index and field, and
         nothing is appended."""
         where = f"session {self.session_id!r}: append"
-        try:
-            converted = to_messages(messages, where=where)
-            for i, message in enumerate(converted):
-                check_message(message, where=f"{where}[{i}]")
-        except MessageError as exc:
-            raise MessageError(f"{exc}; nothing was appended") from None
-        batch = [bound_new_message(m) for m in converted]
         with self._lock:
+            try:
+                converted = to_messages(messages, where=where)
+                calls = check_pairing(converted, self._call_ids, where)
+                for i, message in enumerate(converted):
+                    check_message(message, where=f"{where}[{i}]")
+            except MessageError as exc:
+                raise MessageError(f"{exc}; nothing was appended") from None
+            batch = [bound_new_message(m) for m in converted]
             self.store.append(self.session_id, batch)
+            self._call_ids |= calls
             self._canonical.extend(batch)
             self._committer.transcript_version += 1
             self._turn += sum(1 for m in batch if m.role == "assistant")
@@ -328,6 +336,7 @@ class ContextManager:
         with self._lock:
             self.store.rewind(self.session_id, upto)
             del self._canonical[upto:]
+            self._call_ids = call_ids(self._canonical)
             self._views.reset()
             self._committer.after_rewind(self._canonical)
 

@@ -27,7 +27,7 @@ from ctxfold.interop.coerce import to_tools
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, SidecarCodec, Store, Summarizer
-from ctxfold.kernel.errors import ConfigError, CtxfoldError, SessionError
+from ctxfold.kernel.errors import ConfigError, CtxfoldError, MessageError, SessionError
 from ctxfold.kernel.kinds import (
     ESTIMATOR,
     PRUNER,
@@ -48,6 +48,30 @@ def prompt_cache_key(config: Config, session_id: str, workspace: str | None = No
     """``workspace | branch | model`` — no counts, times or hashes (SPEC §3.8)."""
     workspace = workspace if workspace is not None else Path(os.getcwd()).name
     return f"{workspace}|{session_id}|{config.provider.model}"
+
+
+def call_ids(messages: Sequence[Message]) -> set[str]:
+    """The ids of every tool call the assistant messages of ``messages`` made."""
+    return {call.id for m in messages if m.role == "assistant" for call in m.tool_calls}
+
+
+def check_pairing(batch: Sequence[Message], known: set[str], where: str) -> set[str]:
+    """The call ids ``batch`` adds; :class:`MessageError` for a tool result that answers no
+    tool call made before it (in the transcript or earlier in the batch)."""
+    added: set[str] = set()
+    for i, message in enumerate(batch):
+        if message.role == "assistant":
+            added.update(call.id for call in message.tool_calls)
+        elif message.role == "tool":
+            call_id = message.tool_call_id
+            if not isinstance(call_id, str) or not call_id:
+                raise MessageError(f"{where}[{i}].tool_call_id: a tool result needs the id of "
+                                   "the tool call it answers")
+            if call_id not in known and call_id not in added:
+                raise MessageError(f"{where}[{i}].tool_call_id: {call_id!r} answers no tool "
+                                   "call of this session; append the assistant message that "
+                                   "made the call first")
+    return added
 
 
 def with_model(key: str, model: str) -> str:

@@ -1,0 +1,197 @@
+"""OpenAI-native in and out: dicts, SDK objects and Responses items go in; exactly what went
+in comes back out of ``PreparedRequest.to_openai()`` / ``to_responses()``."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ctxfold
+from ctxfold import MessageError, ToolSchema, Usage
+from ctxfold.interop.responses import input_items, part_to_chat, part_to_responses
+from ctxfold.plugins.estimators.base import NON_TEXT_PART_TOKENS
+from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
+
+text = st.text(min_size=0, max_size=40)
+url = st.builds(lambda s: "https://example.test/" + s, st.text(alphabet="abc123/", max_size=20))
+extra_keys = st.dictionaries(st.sampled_from(["cache_control", "x_note", "detail"]),
+                             st.one_of(text, st.integers(), st.booleans()), max_size=2)
+part = st.one_of(
+    st.builds(lambda t, x: {"type": "text", "text": t, **x}, text, extra_keys),
+    st.builds(lambda u, d: {"type": "image_url", "image_url": {"url": u, "detail": d}}, url,
+              st.sampled_from(["low", "high", "auto"])),
+    st.builds(lambda d: {"type": "input_audio", "input_audio": {"data": d, "format": "wav"}},
+              text),
+    st.builds(lambda n, d: {"type": "file", "file": {"filename": n, "file_data": d}}, text,
+              text),
+    st.builds(lambda t: {"type": "input_text", "text": t}, text),
+    st.builds(lambda u: {"type": "input_image", "image_url": u}, url),
+)
+user_message = st.builds(lambda parts: {"role": "user", "content": parts},
+                         st.lists(part, min_size=1, max_size=6))
+
+
+def open_cm(tmp_path, **kwargs: Any) -> ctxfold.ContextManager:
+    config = ctxfold.Config(summarizer=ctxfold.Config().summarizer.__class__(name="extractive"),
+                            store=ctxfold.Config().store.__class__(path=str(tmp_path / "s")))
+    return ctxfold.open_session("native", config=config, **kwargs)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=st.lists(user_message, min_size=1, max_size=4))
+def test_dicts_come_back_byte_identical_for_any_part_lists(tmp_path, messages) -> None:
+    session = Path(tempfile.mkdtemp(dir=tmp_path))  # hypothesis may repeat an example
+    cm = open_cm(session)
+    system = {"role": "system", "content": "You are a coding agent."}
+    cm.append(system, *messages)
+    sent = cm.prepare().to_openai()["messages"]
+    expected = [system, *messages]
+    dumps = lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
+    assert [dumps(m) for m in sent] == [dumps(m) for m in expected]
+    # ... and from the stored transcript, after a reopen
+    again = open_cm(session).prepare().to_openai()["messages"]
+    assert [dumps(m) for m in again] == [dumps(m) for m in expected]
+
+
+def test_assistant_tool_calls_null_content_and_developer_role_round_trip(tmp_path) -> None:
+    cm = open_cm(tmp_path)
+    given = [
+        {"role": "developer", "content": "rules"},
+        {"role": "user", "content": [{"type": "text", "text": "look"},
+                                     {"type": "image_url", "image_url": {"url": "data:x"}}]},
+        {"role": "assistant", "content": None, "reasoning_content": "think",
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "bash", "arguments": "{\"cmd\":\"ls\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+    ]
+    cm.append(*given)
+    assert cm.prepare().to_openai()["messages"] == given
+
+
+class SdkMessage:
+    """Looks like the OpenAI SDK's ChatCompletionMessage (a pydantic model)."""
+
+    def model_dump(self, exclude_none: bool = False) -> dict[str, Any]:
+        data = {"content": None, "refusal": None, "role": "assistant", "annotations": None,
+                "tool_calls": [{"id": "c9", "type": "function",
+                                "function": {"name": "bash", "arguments": "{}"}}]}
+        return {k: v for k, v in data.items() if not (exclude_none and v is None)}
+
+
+def test_sdk_objects_and_responses_items_are_accepted(tmp_path) -> None:
+    cm = open_cm(tmp_path)
+    cm.append({"role": "user", "content": "go"}, SdkMessage(),
+              {"role": "tool", "tool_call_id": "c9", "content": "ok"})
+    cm.append({"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "calling"}]},
+              {"type": "function_call", "call_id": "r1", "name": "bash", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "r1", "output": "done"})
+    messages = cm.canonical
+    assert messages[1].tool_calls[0].id == "c9" and messages[1].content_form == "absent"
+    assert messages[3].tool_calls[0].id == "r1"  # the call joined its assistant message
+    items = cm.prepare().to_responses()["input"]
+    assert items[-3:] == [
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "calling"}]},
+        {"type": "function_call", "call_id": "r1", "name": "bash", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "r1", "output": "done"},
+    ]
+
+
+def test_openai_tool_dicts_in_either_form(tmp_path) -> None:
+    chat_tool = {"type": "function", "function": {
+        "name": "bash", "description": "run", "parameters": {"type": "object"},
+        "strict": True}}
+    responses_tool = {"type": "function", "name": "grep", "description": "",
+                      "parameters": {"type": "object", "properties": {}}}
+    cm = open_cm(tmp_path, tools=[chat_tool, responses_tool, ToolSchema(name="ls")])
+    cm.append({"role": "user", "content": "hi"})
+    prepared = cm.prepare()
+    assert prepared.to_openai()["tools"][0] == chat_tool
+    assert prepared.to_responses()["tools"][1] == responses_tool
+    assert [t.name for t in prepared.tools] == ["bash", "grep", "ls"]
+
+
+@pytest.mark.parametrize(("bad", "where"), [
+    ({"role": "wizard", "content": "x"}, r"append\[1\]\.role: unknown role"),
+    ({"role": "tool", "tool_call_id": "nope", "content": "x"},
+     r"append\[1\]\.tool_call_id: 'nope' answers no tool call"),
+    ({"role": "user", "content": [{"text": "no type"}]}, r"append\[1\]\.content\[0\]"),
+    ({"role": "user", "content": 7}, r"append\[1\]\.content: must be"),
+    (object(), r"append\[1\]: expected a ctxfold Message"),
+    ({"role": "user", "content": "\ud800"}, r"append\[1\]: content is not valid text"),
+])
+def test_bad_input_names_the_index_and_field_and_appends_nothing(tmp_path, bad, where) -> None:
+    cm = open_cm(tmp_path)
+    with pytest.raises(MessageError, match=where):
+        cm.append({"role": "user", "content": "fine"}, bad)
+    assert cm.canonical == ()
+
+
+def test_bad_tools_name_the_position(tmp_path) -> None:
+    with pytest.raises(MessageError, match=r"tools\[1\]\.parameters"):
+        open_cm(tmp_path, tools=[{"type": "function", "name": "a"},
+                                 {"type": "function", "name": "b", "parameters": "x"}])
+
+
+def test_usage_in_every_shape_and_why_one_was_ignored(tmp_path) -> None:
+    cm = open_cm(tmp_path)
+    cm.append({"role": "user", "content": "word " * 400})
+    cm.prepare()
+    chat = {"prompt_tokens": 410, "completion_tokens": 3,
+            "prompt_tokens_details": {"cached_tokens": 400}}
+    assert cm.observe_usage(chat)
+    assert cm.last_usage == Usage(prompt_tokens=410, completion_tokens=3,
+                                  cache_hit_tokens=400, cache_miss_tokens=10)
+
+    class SdkUsage:
+        def model_dump(self, exclude_none: bool = False) -> dict[str, Any]:
+            return {"input_tokens": 412, "output_tokens": 5,
+                    "input_tokens_details": {"cached_tokens": 256}}
+
+    observed = cm.observe_usage(SdkUsage())
+    assert observed.calibrated and cm.last_usage.cache_hit_tokens == 256
+    ignored = cm.observe_usage({"tokens": 3})
+    assert not ignored and "neither prompt_tokens" in ignored.reason
+    small = cm.observe_usage({"prompt_tokens": 5})
+    assert not small and "declined" in small.reason
+
+
+def test_parts_convert_only_when_they_cross_formats() -> None:
+    chat_image = {"type": "image_url", "image_url": {"url": "u", "detail": "low"}}
+    assert part_to_responses(chat_image, "user", "w") == {
+        "type": "input_image", "image_url": "u", "detail": "low"}
+    assert part_to_chat(chat_image, "w") is chat_image
+    responses_text = {"type": "input_text", "text": "t"}
+    assert part_to_responses(responses_text, "user", "w") is responses_text
+    assert part_to_chat(responses_text, "w") == {"type": "text", "text": "t"}
+    with pytest.raises(MessageError, match="'video' has no OpenAI Responses form"):
+        part_to_responses({"type": "video"}, "user", "messages[2].content[0]")
+    with pytest.raises(MessageError, match="'video' has no chat-completions form"):
+        part_to_chat({"type": "video"}, "messages[2].content[0]")
+
+
+def test_responses_input_items_carry_converted_parts() -> None:
+    message = ctxfold.message_from_openai(
+        {"role": "user", "content": [{"type": "text", "text": "see"},
+                                     {"type": "image_url", "image_url": {"url": "u"}}]})
+    assert input_items([message]) == [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": "u"}]}]
+
+
+def test_non_text_parts_count_a_documented_flat_rate() -> None:
+    estimator = HeuristicEstimator()
+    plain = ctxfold.message_from_openai({"role": "user", "content": [
+        {"type": "text", "text": "see this"}]})
+    with_image = ctxfold.message_from_openai({"role": "user", "content": [
+        {"type": "text", "text": "see this"},
+        {"type": "image_url", "image_url": {"url": "data:" + "A" * 5000}}]})
+    delta = estimator.count_message(with_image) - estimator.count_message(plain)
+    assert delta == NON_TEXT_PART_TOKENS  # the image's base64 is not counted as text
