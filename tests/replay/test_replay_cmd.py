@@ -76,5 +76,5 @@ def test_reports_follow_the_umask(tmp_path: Path) -> None:
 
 def test_window_defaults_to_the_profile_and_zero_is_refused(capsys) -> None:
     assert profile_window("openai") < profile_window("deepseek-flash")
-    assert main(["replay", "--demo", "--window", "0"]) == 1
+    assert main(["replay", "--demo", "--window", "0"]) == 2  # a usage error
     assert "--window 0" in capsys.readouterr().err

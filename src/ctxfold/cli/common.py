@@ -11,11 +11,19 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ctxfold.kernel.errors import ConfigError
+
 if TYPE_CHECKING:
     from ctxfold.config.load import LoadedConfig
     from ctxfold.kernel.registry import Registry
 
 _FLAG_DEST_PREFIX = "config_flag__"
+
+
+class UsageError(ConfigError):
+    """A bad command-line argument or flag value; the command exits 2 (like argparse)."""
+
+
 _LOADED_ATTR = "_ctxfold_loaded_config"
 
 
@@ -64,14 +72,28 @@ def load_cli_config(args: argparse.Namespace) -> LoadedConfig:
         return cached
     from ctxfold.config.load import load_config
 
-    loaded = load_config(
-        config_path=getattr(args, "config", None),
-        cli_overrides=config_overrides(args),
-        flag_names=getattr(args, "config_flag_names", None) or {},
-    )
+    config_path = getattr(args, "config", None)
+    overrides = config_overrides(args)
+    try:
+        loaded = load_config(config_path=config_path, cli_overrides=overrides,
+                             flag_names=getattr(args, "config_flag_names", None) or {})
+    except ConfigError as exc:
+        if overrides and _loads_without_flags(config_path):
+            raise UsageError(str(exc)) from None  # the files are fine: a flag value is bad
+        raise
     print_notices(loaded)
     setattr(args, _LOADED_ATTR, loaded)
     return loaded
+
+
+def _loads_without_flags(config_path: str | None) -> bool:
+    from ctxfold.config.load import load_config
+
+    try:
+        load_config(config_path=config_path)
+    except ConfigError:
+        return False
+    return True
 
 
 def load_registry(args: argparse.Namespace, *, validate: bool = True) -> Registry:

@@ -32,31 +32,32 @@ def register(subparsers: Any) -> None:
 
 
 def parse_fault(text: str) -> Any:
-    """``KIND[@N][xCOUNT]`` → :class:`ctxfold.emulator.Fault` (ConfigError when malformed)."""
+    """``KIND[@N][xCOUNT]`` → :class:`ctxfold.emulator.Fault` (UsageError when malformed)."""
     import re
 
+    from ctxfold.cli.common import UsageError
     from ctxfold.emulator import Fault
-    from ctxfold.kernel.errors import ConfigError
 
     m = re.fullmatch(r"([a-z_]+)(?:@(\d+))?(?:x(\d+))?", text.strip())
     if m is None:
-        raise ConfigError(f"--fault {text!r}: expected KIND[@N][xCOUNT], e.g. rate_limit@0")
+        raise UsageError(f"--fault {text!r}: expected KIND[@N][xCOUNT], e.g. rate_limit@0")
     try:
         kind: Any = m[1]  # Fault validates the kind and names the choices
         return Fault(kind, at=int(m[2]) if m[2] else None, count=int(m[3]) if m[3] else 1)
     except ValueError as exc:
-        raise ConfigError(f"--fault {text!r}: {exc}") from None
+        raise UsageError(f"--fault {text!r}: {exc}") from None
 
 
 def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
         stop: threading.Event | None = None) -> int:
     """Serve until Ctrl-C (or until ``stop`` is set, for tests); ``ready`` is set once the
     base URL has been printed."""
+    from ctxfold.cli.common import UsageError
     from ctxfold.emulator import Emulator, load_script
     from ctxfold.kernel.errors import ConfigError
 
     if not 0 <= args.port <= 65535:
-        raise ConfigError(f"--port must be between 0 and 65535, got {args.port}")
+        raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     script = load_script(args.script) if args.script else None
     faults = [parse_fault(f) for f in getattr(args, "fault", [])]
     emulator = Emulator(args.profile, window=args.window, script=script, port=args.port,

@@ -4,7 +4,9 @@ Each subcommand lives in its own module with a ``register(subparsers)`` function
 its parser and sets ``func``. Command modules import heavy dependencies inside their
 handlers so ``ctxfold --help`` stays fast.
 
-Exit codes: 0 success, 1 a ctxfold error (message on stderr), 2 usage error.
+Exit codes: 0 success, 1 a ctxfold error (message on stderr), 2 usage error (argparse's,
+or a :class:`~ctxfold.cli.common.UsageError` for a flag value only the command can check).
+``--config PATH`` is accepted before or after the subcommand.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from ctxfold import __version__
+from ctxfold.cli.common import UsageError
 from ctxfold.kernel.errors import CtxfoldError
 
 #: Subcommand modules, in the order ``--help`` lists them.
@@ -39,15 +42,34 @@ def build_parser() -> argparse.ArgumentParser:
         description="Context maintenance for long-running LLM agents.",
     )
     parser.add_argument("--version", action="version", version=f"ctxfold {__version__}")
-    parser.add_argument(
-        "--config",
-        metavar="PATH",
-        help="project config file (default: ./ctxfold.toml when present)",
-    )
+    _add_config_option(parser, default=None)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    for sub in _subcommand_parsers(parser):
+        # SUPPRESS: absent after the subcommand, the value given before it stays.
+        _add_config_option(sub, default=argparse.SUPPRESS)
     return parser
+
+
+def _add_config_option(parser: argparse.ArgumentParser, *, default: object) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        default=default,
+        help="project config file (default: ./ctxfold.toml when present)",
+    )
+
+
+def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser below ``parser``: subcommands and their actions (``sessions list``…)."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:  # argparse exposes subparsers only through its actions
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                found.append(sub)
+                found.extend(_subcommand_parsers(sub))
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,6 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result = args.func(args)
+    except UsageError as exc:
+        print(f"ctxfold: error: {exc} (see 'ctxfold {args.command} --help')", file=sys.stderr)
+        return 2
     except CtxfoldError as exc:
         print(f"ctxfold: error: {exc}", file=sys.stderr)
         return 1

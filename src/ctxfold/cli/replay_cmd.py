@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ctxfold.cli.common import UsageError
 from ctxfold.kernel.errors import ConfigError, CtxfoldError
 
 
@@ -56,7 +57,7 @@ def _policies(spec: str, available: list[str]) -> tuple[str, ...]:
     names = tuple(n.strip() for n in spec.split(",") if n.strip())
     unknown = [n for n in names if n not in available]
     if unknown:
-        raise ConfigError(
+        raise UsageError(
             f"--policy: unknown policy {', '.join(map(repr, unknown))}; available: "
             f"{', '.join(available)} (or 'all')"
         )
@@ -88,12 +89,15 @@ def run(args: argparse.Namespace) -> int:
     from ctxfold.replay.report_json import report_json
 
     if not args.paths and not args.demo:
-        raise ConfigError("replay: give at least one session PATH, or --demo")
+        raise UsageError("replay: give at least one session PATH, or --demo")
     loaded = load_cli_config(args)
     config = loaded.config
     registry = load_registry(args)
     profile = args.profile or DEFAULT_PROFILE
-    get_price(profile)  # unknown profiles fail before any work
+    try:
+        get_price(profile)  # unknown profiles fail before any work
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
     if args.window is not None:
         window = args.window
     elif args.demo and not args.paths:
@@ -101,10 +105,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         window = profile_window(profile)
     if window <= 1024:
-        raise ConfigError(f"--window {window}: must be more than 1024 tokens")
+        raise UsageError(f"--window {window}: must be more than 1024 tokens")
     ratio = args.compact_ratio if args.compact_ratio is not None else config.agent.compact_ratio
     if not 0.30 <= ratio <= 0.95:
-        raise ConfigError(f"--compact-ratio {ratio}: allowed 0.30 to 0.95")
+        raise UsageError(f"--compact-ratio {ratio}: allowed 0.30 to 0.95")
     settings = ReplaySettings(
         window=window, compact_ratio=ratio, profile=profile,
         estimator=args.estimator or config.estimator.name,

@@ -1,0 +1,69 @@
+"""The command's conventions: usage errors exit 2 everywhere, ``--config`` on either side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctxfold.cli.main import main
+
+USAGE_ERRORS = [
+    ["replay", "--demo", "--window", "-5"],
+    ["replay", "--demo", "--compact-ratio", "2"],
+    ["replay", "--demo", "--policy", "nope"],
+    ["replay", "--demo", "--profile", "nope"],
+    ["replay"],
+    ["emulate", "--fault", "bogus"],
+    ["emulate", "--fault", "rate_limit@x"],
+    ["emulate", "--port", "70000"],
+    ["inspect", "--window", "abc", "demo"],
+    ["sessions", "rewind", "demo", "x"],  # argparse's own
+    ["nope"],
+]
+
+
+def exit_code(argv: list[str]) -> int:
+    """What the console script would exit with (argparse's own errors raise SystemExit)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+@pytest.mark.parametrize("argv", USAGE_ERRORS, ids=" ".join)
+def test_usage_errors_exit_2_and_say_what_was_wrong(argv: list[str], tmp_path: Path,
+                                                    monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and len(err.splitlines()) <= 3
+
+
+def test_a_bad_config_file_is_not_a_usage_error(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.toml").write_text("[agent]\ncompact_ratio = 7\n")
+    assert main(["--config", "bad.toml", "inspect", "--window", "1000", "demo"]) == 1
+    assert "bad.toml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_config_is_accepted_before_or_after_the_subcommand(before: bool, tmp_path: Path,
+                                                           monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.toml").write_text('[provider]\nname = "mimo"\n')
+    argv = ["config", "show", "--json"]
+    argv = ["--config", "mine.toml", *argv] if before else [*argv, "--config", "mine.toml"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert '"mimo"' in out and "mine.toml" in out
+
+
+def test_config_after_a_nested_action_wins_over_the_one_before(tmp_path: Path, monkeypatch,
+                                                               capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.toml").write_text('[provider]\nname = "mimo"\n')
+    (tmp_path / "b.toml").write_text('[provider]\nname = "responses"\n')
+    assert main(["--config", "a.toml", "config", "show", "--json", "--config", "b.toml"]) == 0
+    out = capsys.readouterr().out
+    assert '"responses"' in out and '"mimo"' not in out
