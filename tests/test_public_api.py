@@ -33,7 +33,7 @@ PUBLIC = {
     # the host tool the model pages bounded tool results with
     "USE_CAPABILITY_TOOL",
     # OpenAI chat interop
-    "message_from_openai", "message_to_openai",
+    "message_from_openai", "message_to_openai", "to_openai", "to_responses",
     # the error tree
     "CtxfoldError", "ConfigError", "ConfigSyntaxError", "PluginError", "MessageError",
     "SessionError", "ToolResultError", "ImporterError", "StoreError", "SidecarError",

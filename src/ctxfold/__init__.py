@@ -42,6 +42,8 @@ _EXPORTS = {
     "ResumeResult": "ctxfold.engine.prepared",
     "UsageObservation": "ctxfold.engine.prepared",
     "PreparedRequest": "ctxfold.engine.prepared",
+    "to_openai": "ctxfold.engine.prepared",
+    "to_responses": "ctxfold.engine.prepared",
     "load_config": "ctxfold.config.load",
     "LoadedConfig": "ctxfold.config.load",
     "Config": "ctxfold.kernel.config",
@@ -87,7 +89,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxfold.config.load import LoadedConfig, load_config
     from ctxfold.engine.manager import ContextManager
     from ctxfold.engine.opening import create_provider, open_session
-    from ctxfold.engine.prepared import PreparedRequest, ResumeResult, UsageObservation
+    from ctxfold.engine.prepared import (
+        PreparedRequest,
+        ResumeResult,
+        UsageObservation,
+        to_openai,
+        to_responses,
+    )
     from ctxfold.importing import SessionBuilder, import_session
     from ctxfold.interop.chat import message_from_openai, message_to_openai
     from ctxfold.kernel.config import Config

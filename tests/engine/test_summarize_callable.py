@@ -106,3 +106,33 @@ def test_summarizer_and_summarize_together_are_refused(tmp_path) -> None:
         ctxfold.open_session("s", config=llm_config(tmp_path), summarize=lambda r: "x",
                              summarizer=ctxfold.Registry.from_config().create(
                                  "summarizer", "extractive", config=ctxfold.Config()))
+
+
+def test_the_summary_request_goes_out_through_the_host_sdk_in_wire_form(tmp_path) -> None:
+    """``ctxfold.to_openai(request)`` gives the summary request as chat dicts, tools included
+    (cache-aligned with the normal requests), and no local fields."""
+    import ctxfold
+
+    seen: list[dict] = []
+
+    def summarize(request: ctxfold.SummaryRequest) -> str:
+        wire = ctxfold.to_openai(request)
+        seen.append(wire)
+        return "## Goal\nship it"
+
+    tool = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+    cm = ctxfold.open_session("wire", store_path=str(tmp_path), summarize=summarize,
+                              tools=[tool], window=8_000)
+    cm.append({"role": "system", "content": "sys"}, {"role": "user", "content": "go " * 200})
+    for i in range(12):
+        cm.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "bash", "arguments": "{}"}}]})
+        cm.append_tool_result(f"c{i}", "y " * 900, tool_name="bash")
+    cm.compact()
+    assert len(seen) == 1
+    wire = seen[0]
+    assert wire["tools"] == [tool]
+    assert wire["messages"][0] == {"role": "system", "content": "sys"}
+    assert all("created_at" not in m and "local_only" not in m for m in wire["messages"])
+    assert ctxfold.to_openai(cm.prepare())["messages"] == cm.prepare().to_openai()["messages"]

@@ -119,6 +119,23 @@ def test_openai_tool_dicts_in_either_form(tmp_path) -> None:
     assert [t.name for t in prepared.tools] == ["bash", "grep", "ls"]
 
 
+def test_tool_dicts_go_back_out_byte_identical(tmp_path) -> None:
+    """Absent keys stay absent and the host's key order is kept (the tools are the head of
+    every request's cached prefix)."""
+    given = [
+        {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"strict": True, "parameters": {}, "name": "ls",
+                                          "description": "list"}},
+        {"type": "function", "function": {"name": "pwd"}},
+    ]
+    cm = open_cm(tmp_path, tools=given)
+    cm.append({"role": "user", "content": "hi"})
+    sent = cm.prepare().to_openai()["tools"]
+    assert json.dumps(sent) == json.dumps(given)
+    assert [json.dumps(t) for t in cm.prepare().to_responses()["tools"]] == [
+        json.dumps({"type": "function", **t["function"]}) for t in given]
+
+
 @pytest.mark.parametrize(("bad", "where"), [
     ({"role": "wizard", "content": "x"}, r"append\[1\]\.role: unknown role"),
     ({"role": "tool", "tool_call_id": "nope", "content": "x"},

@@ -4,7 +4,7 @@ observation."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -35,21 +35,40 @@ class PreparedRequest:
     pruned: bool = False
 
     def to_openai(self) -> dict[str, Any]:
-        """The chat-completions ``messages`` (and ``tools`` when there are any), ready to send
-        with the OpenAI SDK: ``client.chat.completions.create(model=..., **p.to_openai())``.
-        Only provider-visible fields; content parts exactly as the host gave them."""
-        payload: dict[str, Any] = {"messages": to_openai_messages(self.messages)}
-        if self.tools:
-            payload["tools"] = [tool_schema_to_openai(t) for t in self.tools]
-        return payload
+        """:func:`to_openai` of this request."""
+        return to_openai(self)
 
     def to_responses(self) -> dict[str, Any]:
-        """The Responses ``input`` (and ``tools``), ready to send:
-        ``client.responses.create(model=..., **p.to_responses())``."""
-        payload: dict[str, Any] = {"input": input_items(self.messages)}
-        if self.tools:
-            payload["tools"] = [tool_item(t) for t in self.tools]
-        return payload
+        """:func:`to_responses` of this request."""
+        return to_responses(self)
+
+
+class _HasMessagesAndTools(Protocol):
+    @property
+    def messages(self) -> Sequence[Message]: ...
+    @property
+    def tools(self) -> Sequence[ToolSchema]: ...
+
+
+def to_openai(request: _HasMessagesAndTools) -> dict[str, Any]:
+    """The chat-completions ``messages`` (and ``tools`` when there are any) of a
+    :class:`PreparedRequest` or a :class:`~ctxfold.SummaryRequest`, ready to send with the
+    OpenAI SDK: ``client.chat.completions.create(model=..., **ctxfold.to_openai(p))``.
+    Only provider-visible fields; content parts exactly as the host gave them."""
+    payload: dict[str, Any] = {"messages": to_openai_messages(request.messages)}
+    if request.tools:
+        payload["tools"] = [tool_schema_to_openai(t) for t in request.tools]
+    return payload
+
+
+def to_responses(request: _HasMessagesAndTools) -> dict[str, Any]:
+    """The Responses ``input`` (and ``tools``) of a :class:`PreparedRequest` or a
+    :class:`~ctxfold.SummaryRequest`: ``client.responses.create(model=...,
+    **ctxfold.to_responses(p))``. A part type Responses cannot carry is a MessageError."""
+    payload: dict[str, Any] = {"input": input_items(request.messages)}
+    if request.tools:
+        payload["tools"] = [tool_item(t) for t in request.tools]
+    return payload
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

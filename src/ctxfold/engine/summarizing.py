@@ -2,8 +2,8 @@
 library host never gets checkpoint summaries from the loopback emulator by default.
 
 A host that drives its own model passes ``summarize=fn`` to ``open_session``: ``fn`` receives
-the :class:`~ctxfold.SummaryRequest` (cache-aligned messages, tools, ``max_tokens``; see
-``PreparedRequest.to_openai`` for the wire form) and returns the briefing text (or a
+the :class:`~ctxfold.SummaryRequest` (cache-aligned messages, tools, ``max_tokens``;
+``ctxfold.to_openai(request)`` gives its wire form) and returns the briefing text (or a
 :class:`~ctxfold.SummaryResult`), synchronously or as an awaitable.
 """
 

@@ -185,19 +185,29 @@ def tool_schema_from_openai(data: Mapping[str, Any], *, where: str = "tools") ->
     if not isinstance(parameters, Mapping):
         raise MessageError(f"{where}.parameters: must be a JSON-schema object, got "
                            f"{type(parameters).__name__}")
+    own = ("type",) if fn is data else ()  # a Responses tool's "type" is the wrapper's
     unknown = {k: v for k, v in fn.items()
-               if k not in ("name", "description", "parameters", "type")}
+               if k not in ("name", "description", "parameters", *own)}
+    fields = tuple(k for k in fn if k not in own)
     return ToolSchema(name=name, description=description, parameters=dict(parameters),
-                      extra=dumps(unknown) if unknown else "")
+                      extra=dumps(unknown) if unknown else "",
+                      fields=() if fields == DEFAULT_TOOL_FIELDS else fields)
+
+
+#: The function object's keys when a tool records no order of its own.
+DEFAULT_TOOL_FIELDS = ("name", "description", "parameters")
+
+
+def function_fields(tool: ToolSchema) -> dict[str, Any]:
+    """The function object of ``tool``: its fields in the host's order, absent ones absent."""
+    extra = json.loads(tool.extra) if tool.extra else {}
+    own = {"name": tool.name, "description": tool.description,
+           "parameters": dict(tool.parameters)}
+    out = {k: own[k] if k in own else extra[k] for k in tool.fields or DEFAULT_TOOL_FIELDS}
+    out.update({k: v for k, v in extra.items() if k not in out})
+    return out
 
 
 def tool_schema_to_openai(tool: ToolSchema) -> dict[str, Any]:
     """The OpenAI chat-completions form of a tool schema."""
-    function: dict[str, Any] = {
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": dict(tool.parameters),
-    }
-    if tool.extra:
-        function.update(json.loads(tool.extra))
-    return {"type": "function", "function": function}
+    return {"type": "function", "function": function_fields(tool)}

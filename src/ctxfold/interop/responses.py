@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import attrs
 
-from ctxfold.interop.chat import dumps, tool_schema_from_openai
+from ctxfold.interop.chat import dumps, function_fields, tool_schema_from_openai
 from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema
@@ -105,12 +105,7 @@ def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 def tool_item(tool: ToolSchema) -> dict[str, Any]:
     """A tool schema in the Responses function form (no ``function`` wrapper)."""
-    item: dict[str, Any] = {"type": "function", "name": tool.name,
-                            "description": tool.description,
-                            "parameters": dict(tool.parameters)}
-    if tool.extra:
-        item.update(json.loads(tool.extra))
-    return item
+    return {"type": "function", **function_fields(tool)}
 
 
 def _message(item: Mapping[str, Any], where: str) -> Message:

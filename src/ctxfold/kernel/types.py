@@ -125,12 +125,15 @@ class Usage:
 @attrs.frozen
 class ToolSchema:
     """One function tool offered to the model (OpenAI function-schema fields); ``extra`` is
-    a JSON object of the function's other fields (``strict``, ...), sent back as given."""
+    a JSON object of the function's other fields (``strict``, ...), sent back as given.
+    ``fields`` is the function object's keys in the host's order (empty: ``name``,
+    ``description``, ``parameters``), so a tool dict goes back out exactly as it came in."""
 
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = attrs.field(factory=dict)
     extra: str = ""
+    fields: tuple[str, ...] = ()
 
 
 @attrs.frozen
