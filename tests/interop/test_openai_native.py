@@ -212,3 +212,79 @@ def test_non_text_parts_count_a_documented_flat_rate() -> None:
         {"type": "image_url", "image_url": {"url": "data:" + "A" * 5000}}]})
     delta = estimator.count_message(with_image) - estimator.count_message(plain)
     assert delta == NON_TEXT_PART_TOKENS  # the image's base64 is not counted as text
+
+
+# -- Responses items kept exactly ---------------------------------------------------------
+
+item_extras = st.dictionaries(st.sampled_from(["id", "status", "phase", "x_trace"]),
+                              st.one_of(text, st.integers()), max_size=3)
+
+
+def reply_items(extras: list[dict[str, Any]], n_calls: int, k: int) -> list[dict[str, Any]]:
+    """One reply as the Responses API returns it: reasoning, a message, function calls."""
+    items: list[dict[str, Any]] = [
+        {"type": "reasoning", "id": f"rs_{k}", "summary": [], "encrypted_content": "gAAA"},
+        {"type": "message", "role": "assistant", **extras[0],
+         "content": [{"type": "output_text", "text": f"step {k}", "annotations": [],
+                      "logprobs": []}]},
+    ]
+    for j in range(n_calls):
+        items.append({"arguments": "{}", "call_id": f"c{k}{j}", "name": "bash",
+                      "type": "function_call", **extras[1 + j]})
+    return items
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(extras=st.lists(item_extras, min_size=4, max_size=4), n_calls=st.integers(0, 3))
+def test_responses_items_come_back_byte_identical(tmp_path, extras, n_calls) -> None:
+    """Ids, statuses, annotations, unknown fields, key order and whole reasoning items."""
+    session = Path(tempfile.mkdtemp(dir=tmp_path))
+    cm = open_cm(session)
+    given_items: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"type": "message", "role": "user", "id": "u1",
+         "content": [{"type": "input_text", "text": "go"}]},
+        *reply_items(extras, n_calls, 0),
+    ]
+    given_items += [{"type": "function_call_output", "call_id": f"c0{j}", "output": "ok",
+                     "id": f"fco_{j}"} for j in range(n_calls)]
+    cm.append(*given_items)
+    assert len(cm.canonical) == 3 + n_calls  # one assistant message for the whole reply
+    dumps = lambda v: json.dumps(v, ensure_ascii=False)  # noqa: E731
+    assert [dumps(i) for i in cm.prepare().to_responses()["input"]] == \
+        [dumps({"type": "message", **i} if "type" not in i else i) for i in given_items]
+    again = open_cm(session).prepare().to_responses()["input"]
+    assert [dumps(i) for i in again][2:] == [dumps(i) for i in given_items][2:]
+
+
+def test_a_bounded_function_call_output_keeps_its_item_fields(tmp_path) -> None:
+    cm = open_cm(tmp_path)
+    cm.append({"role": "user", "content": "go"},
+              {"type": "function_call", "call_id": "c1", "name": "cat", "arguments": "{}",
+               "id": "fc_1", "status": "completed"},
+              {"type": "function_call_output", "call_id": "c1", "output": "x" * 100_000,
+               "id": "fco_1", "status": "completed"})
+    out = cm.prepare().to_responses()["input"][-1]
+    assert list(out) == ["type", "call_id", "output", "id", "status"]
+    assert out["id"] == "fco_1" and len(out["output"]) <= 32 * 1024
+    assert cm.canonical[-1].raw_content == "x" * 100_000
+
+
+def test_reasoning_items_stay_out_of_chat_requests(tmp_path) -> None:
+    cm = open_cm(tmp_path)
+    cm.append({"role": "user", "content": "go"}, *reply_items([{}] * 2, 1, 0),
+              {"type": "function_call_output", "call_id": "c00", "output": "ok"})
+    chat = cm.prepare().to_openai()["messages"]
+    assert [m["role"] for m in chat] == ["user", "assistant", "tool"]
+    assert chat[1]["content"][0]["text"] == "step 0" and chat[1]["tool_calls"][0]["id"] == "c00"
+    assert "reasoning" not in json.dumps(chat)
+
+
+def test_importers_keep_no_item_fields(tmp_path) -> None:
+    from ctxfold.interop.responses import messages_from_items
+
+    items = reply_items([{"id": "m"}, {"id": "f"}], 1, 0)[1:]
+    assert all(not m.responses_items for m in messages_from_items(items, lossless=False))
+    with pytest.raises(MessageError, match=r"input\[0\]\.type: input item type 'reasoning'"):
+        messages_from_items(reply_items([{}, {}], 1, 0), lossless=False)

@@ -242,4 +242,4 @@ def test_cli_demo_on_a_pipe_prints_only_the_report(tmp_path: Path) -> None:
 def test_cli_rejects_an_unknown_policy(tmp_path: Path) -> None:
     from ctxfold.cli.main import main
 
-    assert main(["replay", "--demo", "--policy", "nope"]) == 1
+    assert main(["replay", "--demo", "--policy", "nope"]) == 2  # a usage error

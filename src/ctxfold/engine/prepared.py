@@ -95,9 +95,9 @@ def calibration_refusal(usage: Usage) -> str:
     if usage.estimated or usage.aggregated:
         return "recorded; not calibrated: the counts are estimated or summed over requests"
     return (f"recorded; the estimator declined to calibrate from {usage.prompt_tokens} prompt "
-            "tokens (the built-in estimators ignore prompts under 256 tokens and counts "
-            "outside 0.05–2 tokens per character of the prepared request, which belong to "
-            "another request)")
+            "tokens (the built-in estimators ignore prompts under 256 tokens, requests with "
+            "image, audio or file parts, and counts outside 0.05–2 tokens per character of the "
+            "prepared request, which belong to another request)")
 
 
 @attrs.frozen

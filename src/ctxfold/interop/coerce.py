@@ -2,8 +2,9 @@
 uses for ``append(...)``, ``tools=`` and ``observe_usage(...)``.
 
 Messages: a :class:`~ctxfold.Message`, an OpenAI chat message dict, a Responses input item
-(a dict with ``type``), or an OpenAI SDK object (anything with ``model_dump``: the SDK's
-``ChatCompletionMessage``, Responses output items), dumped without its unset fields. Tools: a
+(a dict with a ``type``: message, function_call, function_call_output, reasoning, …), or an
+OpenAI SDK object (anything with ``model_dump``: the SDK's ``ChatCompletionMessage``,
+Responses output items), dumped without its unset fields. Tools: a
 :class:`~ctxfold.ToolSchema`, a chat or Responses function tool dict, or an SDK object.
 Anything else raises :class:`MessageError` naming its position.
 """
@@ -19,12 +20,11 @@ from ctxfold.interop.usage import as_mapping
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, ToolSchema
 
-RESPONSES_ITEM_TYPES = frozenset({"message", "function_call", "function_call_output"})
-
 
 def _is_item(data: Mapping[str, Any]) -> bool:
-    return data.get("type") in RESPONSES_ITEM_TYPES and (
-        data.get("type") != "message" or "role" in data)
+    """A dict with a string ``type`` is a Responses item (chat messages have none); a
+    Responses "easy" message (``role`` and ``content`` only) reads the same either way."""
+    return isinstance(data.get("type"), str)
 
 
 def to_messages(values: Iterable[Any], *, where: str = "append") -> list[Message]:

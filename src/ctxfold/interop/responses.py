@@ -9,9 +9,13 @@ part type the target format has no equivalent for raises :class:`MessageError` n
 it is never dropped.
 
 Responses input items map to messages: a ``message`` item to a message (its parts kept as
-given), consecutive ``function_call`` items to the tool calls of one assistant message, a
-``function_call_output`` item to a ``tool`` message. Item ``id`` and ``status`` fields are not
-kept: they name server-side output items, and a stateless request re-sends content instead.
+given), the items of one reply (``reasoning`` and other item types, at most one assistant
+``message``, ``function_call`` items) to one assistant message, a ``function_call_output``
+item to a ``tool`` message. Every item is also kept as given (``Message.responses_items``,
+the modeled fields nulled), so ids, statuses, annotations and reasoning items go back out
+exactly; the message's own fields fill the nulls, so a bounded or pruned tool result goes
+out bounded or pruned. Sent to a chat-completions provider, items chat has no form for
+(reasoning items) are left out: chat has no place for them.
 """
 
 from __future__ import annotations
@@ -77,29 +81,63 @@ def parts_of(message: Message) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in message.parts]
 
 
+#: The item fields a :class:`Message` models, per item type; the rest are kept in
+#: ``Message.responses_items`` (with these set to null, so the key order survives).
+MODELED_FIELDS = {
+    "message": ("role", "content"),
+    "function_call": ("call_id", "name", "arguments"),
+    "function_call_output": ("call_id", "output"),
+}
+
+
 def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """The Responses ``input`` list for ``messages`` (local-only messages skipped)."""
     items: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
-        if m.local_only:
-            continue
-        where = f"messages[{i}]"
-        if m.role == "tool":
-            output: Any = m.content
-            if m.parts:
-                output = [part_to_responses(p, "user", f"{where}.content") for p in parts_of(m)]
-            items.append({"type": "function_call_output", "call_id": m.tool_call_id or "",
-                          "output": output})
-            continue
-        if m.role != "assistant" or m.content or m.parts or not m.tool_calls:
-            content: Any = m.content
-            if m.parts:
-                content = [part_to_responses(p, m.role, f"{where}.content[{j}]")
-                           for j, p in enumerate(parts_of(m))]
-            items.append({"type": "message", "role": m.wire_role or m.role, "content": content})
-        for call in m.tool_calls:
-            items.append({"type": "function_call", "call_id": call.id, "name": call.name,
-                          "arguments": call.arguments})
+        if not m.local_only:
+            items.extend(_items_of(m, f"messages[{i}]"))
+    return items
+
+
+def _items_of(m: Message, where: str) -> list[dict[str, Any]]:
+    """The items of one message: its own fields, laid into the items it came from."""
+    modeled = _modeled_items(m, where)
+    kept = [json.loads(raw) for raw in m.responses_items]
+    if not kept:
+        return modeled
+    kinds = [item["type"] for item in kept if item["type"] in MODELED_FIELDS]
+    if kinds != [item["type"] for item in modeled]:
+        return modeled  # the message changed shape since it was appended: send its fields
+    fill = iter(modeled)
+    out = []
+    for item in kept:
+        if item["type"] in MODELED_FIELDS:
+            values = next(fill)
+            item = {k: values[k] if k in MODELED_FIELDS[item["type"]] else v
+                    for k, v in item.items()}
+        out.append(item)
+    return out
+
+
+def _modeled_items(m: Message, where: str) -> list[dict[str, Any]]:
+    if m.role == "tool":
+        output: Any = m.content
+        if m.parts:
+            output = [part_to_responses(p, "user", f"{where}.content") for p in parts_of(m)]
+        return [{"type": "function_call_output", "call_id": m.tool_call_id or "",
+                 "output": output}]
+    items: list[dict[str, Any]] = []
+    has_message_item = any(json.loads(raw)["type"] == "message" for raw in m.responses_items)
+    if m.role != "assistant" or m.content or m.parts or has_message_item or not (
+            m.tool_calls or m.responses_items):
+        content: Any = m.content
+        if m.parts:
+            content = [part_to_responses(p, m.role, f"{where}.content[{j}]")
+                       for j, p in enumerate(parts_of(m))]
+        items.append({"type": "message", "role": m.wire_role or m.role, "content": content})
+    for call in m.tool_calls:
+        items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                      "arguments": call.arguments})
     return items
 
 
@@ -148,17 +186,53 @@ def _output(item: Mapping[str, Any], where: str) -> Message:
     raise MessageError(f"{where}.output: must be a string or a list of parts")
 
 
-def messages_from_items(items: Iterable[Mapping[str, Any]], *, where: str = "input"
-                        ) -> list[Message]:
-    """Messages for a list of Responses input items (see the module docstring)."""
+def _kept(item: Mapping[str, Any], kind: str) -> str:
+    """The item as ``Message.responses_items`` keeps it: modeled fields nulled."""
+    modeled = MODELED_FIELDS.get(kind, ())
+    return dumps({k: None if k in modeled else v for k, v in item.items()})
+
+
+def _with_item(message: Message, item: Mapping[str, Any], kind: str) -> Message:
+    return attrs.evolve(message, responses_items=(*message.responses_items, _kept(item, kind)))
+
+
+def _open_turn(out: list[Message], *, for_message_item: bool) -> Message | None:
+    """The assistant message the next item of this reply belongs to, if any: items of one
+    reply (reasoning, one message, function calls) make one assistant message."""
+    last = out[-1] if out else None
+    if last is None or last.role != "assistant" or not last.responses_items:
+        return None
+    if for_message_item:
+        kinds = [json.loads(raw)["type"] for raw in last.responses_items]
+        if "message" in kinds or "function_call" in kinds:
+            return None
+    return last
+
+
+def messages_from_items(items: Iterable[Mapping[str, Any]], *, where: str = "input",
+                        lossless: bool = True) -> list[Message]:
+    """Messages for a list of Responses input items (see the module docstring).
+
+    With ``lossless`` every item's other fields (ids, statuses, annotations) and items of
+    other types (``reasoning``…) are kept in ``Message.responses_items``; without it
+    (importers of recorded runs) only the modeled fields are kept, other item types refused.
+    """
     out: list[Message] = []
     for i, item in enumerate(items):
         here = f"{where}[{i}]"
         if not isinstance(item, Mapping):
             raise MessageError(f"{here}: an input item must be an object")
         kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            raise MessageError(f"{here}.type: must be a string")
         if kind == "message":
-            out.append(check_message(_message(item, here), where=here))
+            message = check_message(_message(item, here), where=here)
+            turn = _open_turn(out, for_message_item=True) if lossless else None
+            if turn is not None and message.role == "assistant":
+                out[-1] = attrs.evolve(turn, content=message.content, parts=message.parts,
+                                       content_form="")
+                message = out.pop()
+            out.append(_with_item(message, item, kind) if lossless else message)
         elif kind == "function_call":
             call = _call(item, here)
             last = out[-1] if out else None
@@ -166,8 +240,16 @@ def messages_from_items(items: Iterable[Mapping[str, Any]], *, where: str = "inp
                 out[-1] = attrs.evolve(last, tool_calls=(*last.tool_calls, call))
             else:
                 out.append(Message(role="assistant", content_form="null", tool_calls=(call,)))
+            if lossless:
+                out[-1] = _with_item(out[-1], item, kind)
         elif kind == "function_call_output":
-            out.append(check_message(_output(item, here), where=here))
+            message = check_message(_output(item, here), where=here)
+            out.append(_with_item(message, item, kind) if lossless else message)
+        elif lossless:
+            turn = _open_turn(out, for_message_item=False)
+            if turn is None:
+                out.append(Message(role="assistant", content_form="absent"))
+            out[-1] = _with_item(out[-1], item, kind)
         else:
             raise MessageError(f"{here}.type: input item type {kind!r} cannot be kept in a "
                                "transcript; allowed: message, function_call, "

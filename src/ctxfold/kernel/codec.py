@@ -134,6 +134,12 @@ def _check_wire_fields(message: Message, where: str) -> None:
             raise MessageError(f"{where}: parts[{i}] needs a string 'type'")
     if message.extra:
         _json_object(message.extra, f"{where}: extra")
+    if not isinstance(message.responses_items, tuple):
+        raise MessageError(f"{where}: responses_items must be a tuple of JSON strings")
+    for i, raw in enumerate(message.responses_items):
+        item = _json_object(raw, f"{where}: responses_items[{i}]")
+        if not isinstance(item.get("type"), str):
+            raise MessageError(f"{where}: responses_items[{i}] needs a string 'type'")
     if message.wire_role not in ("", "developer"):
         raise MessageError(f"{where}: wire_role {message.wire_role!r} is not '' or 'developer'")
     if message.content_form not in ("", "null", "absent"):
@@ -162,6 +168,7 @@ def _check_text(message: Message, where: str) -> None:
                       "extra", "created_at", "id")
     ]
     texts += [(f"parts[{i}]", raw) for i, raw in enumerate(message.parts)]
+    texts += [(f"responses_items[{i}]", raw) for i, raw in enumerate(message.responses_items)]
     for i, call in enumerate(message.tool_calls):
         texts += [(f"tool_calls[{i}].{f}", getattr(call, f)) for f in ("id", "name", "arguments")]
     for field, value in texts:

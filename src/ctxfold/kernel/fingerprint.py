@@ -38,6 +38,8 @@ def visible_fields(message: Message) -> dict[str, Any]:
         wire["wr"] = message.wire_role
     if message.content_form:
         wire["cf"] = message.content_form
+    if message.responses_items:
+        wire["ri"] = list(message.responses_items)
     return wire
 
 

@@ -71,6 +71,10 @@ class Message:
     empty); ``extra`` is a JSON object of fields ctxfold has no name for, in the order given;
     ``wire_role`` is the role as the host wrote it when it is an alias (``developer`` for
     ``system``); ``content_form`` records a ``null`` or absent ``content`` (empty: a string).
+    ``responses_items`` keeps the OpenAI Responses items a message was built from, in order,
+    each the exact JSON of the item with the fields ctxfold models (role, content, call id,
+    name, arguments, output) set to ``null``: item ids, statuses, annotations and whole
+    reasoning items go back out as they came.
     """
 
     role: Role
@@ -89,6 +93,7 @@ class Message:
     extra: str = ""
     wire_role: str = ""
     content_form: Literal["", "null", "absent"] = ""
+    responses_items: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:

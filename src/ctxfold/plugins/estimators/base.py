@@ -261,8 +261,12 @@ class TokenizerEstimator:
         the usage does not belong to this request. Only the latest accepted sample counts.
         Requests under ``MIN_CALIBRATION_TOKENS`` are ignored too: on a 13-token request the
         fixed template overheads dominate and the ratio would mis-scale every later request.
+        So are requests with image, audio or file parts: the provider counts those by its own
+        rule, and a ratio learnt from them would mis-scale the text.
         """
         if usage.estimated or usage.aggregated or usage.prompt_tokens < MIN_CALIBRATION_TOKENS:
+            return False
+        if any(m.parts and non_text_parts(m) for m in shape.messages):
             return False
         stats = self.shape_stats(shape)
         if stats.chars <= 0 or stats.tokens <= 0:
