@@ -87,11 +87,18 @@ def test_importing_ctxfold_stays_light() -> None:
     assert out == "[]"
 
 
-def test_readme_and_docs_teach_only_the_public_api() -> None:
-    texts = [REPO / "README.md", *(REPO / "docs").glob("*.md")]
+def test_readme_docs_and_examples_teach_only_the_public_api() -> None:
+    texts = [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "examples").glob("*.py")]
     # The emulator and the pytest fixtures are documented testing tools; everything else a
     # reader is taught comes from ``import ctxfold``.
     deep = re.compile(r"(?:from|import) ctxfold\.(?!emulator\b|testing\b)[\w.]+")
     offenders = [f"{p.name}: {m.group(0)}" for p in texts for m in deep.finditer(p.read_text())
                  if p.name != "architecture.md"]
     assert offenders == []
+
+
+def test_every_example_is_explained_in_the_integrations_page() -> None:
+    page = (REPO / "docs" / "integrations.md").read_text()
+    examples = sorted(p.name for p in (REPO / "examples").glob("[!_]*.py"))
+    assert len(examples) >= 6
+    assert [name for name in examples if f"examples/{name}" not in page] == []

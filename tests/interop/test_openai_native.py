@@ -214,6 +214,20 @@ def test_non_text_parts_count_a_documented_flat_rate() -> None:
     assert delta == NON_TEXT_PART_TOKENS  # the image's base64 is not counted as text
 
 
+def test_a_request_with_an_image_never_calibrates(tmp_path) -> None:
+    cm = open_cm(tmp_path)
+    text = "word " * 400
+    cm.append({"role": "user", "content": [{"type": "text", "text": text},
+                                           {"type": "image_url", "image_url": {"url": "u"}}]})
+    cm.prepare()
+    refused = cm.observe_usage({"prompt_tokens": 2000, "completion_tokens": 5})
+    assert not refused and "image, audio or file parts" in refused.reason
+    plain = open_cm(tmp_path / "plain")
+    plain.append({"role": "user", "content": text})
+    plain.prepare()
+    assert plain.observe_usage({"prompt_tokens": 600, "completion_tokens": 5})
+
+
 # -- Responses items kept exactly ---------------------------------------------------------
 
 item_extras = st.dictionaries(st.sampled_from(["id", "status", "phase", "x_trace"]),

@@ -143,8 +143,8 @@ class TokenizerEstimator:
 
         A message given as content parts counts the text of its text parts, and
         :data:`NON_TEXT_PART_TOKENS` for each other part (image, audio, file): what an image
-        costs varies by provider and resolution, so this is a documented flat rate that the
-        provider-reported calibration then scales."""
+        costs varies by provider and resolution, so this is a documented flat rate (requests
+        holding such parts are never calibrated from, see :meth:`calibrate`)."""
         texts = [message.role, message.text, message.name or ""]
         overhead = self.message_overhead + NON_TEXT_PART_TOKENS * non_text_parts(message)
         if self.count_call_ids and message.tool_call_id:
