@@ -1,9 +1,10 @@
 """pydantic-ai: ctxfold as a capability that shapes each model request.
 
 pydantic-ai 2.x runs history processors as capabilities. ``ProcessHistory`` writes its
-result back into the run's history, so the next step would start from the folded view;
-``prepare_model_request`` changes only what goes on the wire, which is what ctxfold needs:
-the agent's history stays whole, ctxfold mirrors it and sends the model the view. The agent's
+result back into the run's history, so the next step would start from the folded view; a
+capability's ``before_model_request`` changes only what goes on the wire ("request-only
+messages"), which is what ctxfold needs: the agent's history stays whole, ctxfold mirrors
+it and sends the model the view. The agent's
 own model writes the summaries (``pydantic_ai.direct.model_request``). pydantic-ai has no
 public converter to OpenAI chat dicts, so the two small functions below map the parts this
 agent uses. Run it:
@@ -95,7 +96,7 @@ class Ctxfold(AbstractCapability[None]):
         #: that it shares the normal requests' cached prefix.
         self.parameters = ModelRequestParameters()
 
-    async def prepare_model_request(self, ctx: RunContext[None],
+    async def before_model_request(self, ctx: RunContext[None],
                                     request_context: ModelRequestContext) -> ModelRequestContext:
         self.parameters = request_context.model_request_parameters
         chat = to_chat(list(request_context.messages))

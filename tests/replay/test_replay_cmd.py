@@ -78,3 +78,45 @@ def test_window_defaults_to_the_profile_and_zero_is_refused(capsys) -> None:
     assert profile_window("openai") < profile_window("deepseek-flash")
     assert main(["replay", "--demo", "--window", "0"]) == 2  # a usage error
     assert "--window 0" in capsys.readouterr().err
+
+
+def test_report_paths_are_checked_before_the_replay(tmp_path: Path, capsys) -> None:
+    import time
+
+    started = time.monotonic()
+    code = main(["replay", "--demo", "--json", str(tmp_path / "missing" / "r.json")])
+    assert code == 2 and time.monotonic() - started < 5  # refused before any work
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["replay", "--demo", "--html", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--reserve-output", "-1"),
+                                             ("--reserve-output", "40000"),
+                                             ("--summary-tokens", "10")])
+def test_fairness_switches_are_validated(flag: str, value: str, capsys) -> None:
+    assert main(["replay", "--demo", flag, value]) == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_unavailable_policies_are_named_not_silently_dropped(tmp_path: Path, capsys) -> None:
+    from ctxfold.kernel.hookspecs import hookimpl
+    from ctxfold.kernel.kinds import StrategySpec
+    from ctxfold.kernel.registry import Registry
+
+    class Plugin:
+        @hookimpl
+        def ctxfold_policies(self):
+            return [StrategySpec(kind="policy", name="needs-nothing-real",
+                                 factory=lambda ctx: None, requires=("no_such_module_xyz",),
+                                 install="pip install no-such-thing")]
+
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
+    assert "needs-nothing-real" not in registry.available("policy")
+    why = registry.unavailable("policy")["needs-nothing-real"]
+    assert "no_such_module_xyz" in why and "pip install no-such-thing" in why
+    from ctxfold.kernel.config import Config
+    from ctxfold.kernel.errors import PluginError
+
+    with pytest.raises(PluginError, match="no_such_module_xyz"):
+        registry.create("policy", "needs-nothing-real", config=Config())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from ctxfold.kernel.config import Config
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import ImportedSession, Message, RequestShape, Usage
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
-from ctxfold.replay import ReplaySettings, replay_sessions
+from ctxfold.replay import DEFAULT_RESERVE_OUTPUT, ReplaySettings, replay_sessions
 from ctxfold.replay.demo import DEMO_WINDOW, demo_session
 from ctxfold.replay.pricing import Price
 from ctxfold.replay.report_html import report_html
@@ -60,14 +61,14 @@ def registry() -> Registry:
 
 
 def tiny_replay(registry: Registry, messages: list[Message], window: int = 100_000,
-                names: tuple[str, ...] = ("append-only",)) -> Any:
+                names: tuple[str, ...] = ("append-only",), reserve_output: int = 0) -> Any:
     session = ImportedSession(name="tiny", messages=tuple(messages),
                               reported_usage=(None,) * len(messages))
     return replay_session(
         session, names, registry=registry,
         config=Config(),
         estimator=TemplateEstimator(), summarizer=ExtractiveSummarizer(), price=PRICE,
-        window=window, compact_ratio=0.8, tokens=CharTokens(),
+        window=window, compact_ratio=0.8, tokens=CharTokens(), reserve_output=reserve_output,
         cache_factory=lambda _p: (PrefixCache(unit=1, clock=lambda: 0.0), False),
     )
 
@@ -92,8 +93,20 @@ def test_cost_arithmetic_on_a_tiny_session(registry: Registry) -> None:
     assert result.cost_usd == pytest.approx(expected)
     assert result.prefix_stable_between_installs and result.canonical_intact
     assert not result.failed
-    # With a perfect (1-token unit) cache, resending the whole history costs exactly the floor.
-    assert session.floor_cost_usd == pytest.approx(expected)
+    # The breakdown adds up: no summaries, so everything is main input and output.
+    parts = result.breakdown
+    assert parts.main_hit_usd == pytest.approx(hit2 * 1.0 / 1e6)
+    assert parts.main_output_usd == pytest.approx((out1 + out2) * 100.0 / 1e6)
+    assert parts.main_hit_usd + parts.main_miss_usd + parts.main_output_usd == \
+        pytest.approx(expected)
+    assert parts.summary_input_usd == parts.summary_output_usd == 0
+    # Per-request records: numbered from 1, summing to the policy's totals.
+    assert [r.number for r in result.records] == [1, 2]
+    assert [r.message_index for r in result.records] == [2, 4]
+    assert sum(r.cost_usd for r in result.records) == pytest.approx(expected)
+    assert [r.prompt_tokens for r in result.records] == [p1, p2]
+    # With a perfect (1-token unit) cache, resending everything costs exactly `unlimited`.
+    assert session.unlimited_cost_usd == pytest.approx(expected)
 
 
 class _Vandal:
@@ -137,11 +150,12 @@ def test_broken_invariants_are_detected() -> None:
     assert not result.prefix_stable_between_installs
 
 
-def test_floor_is_a_lower_bound_for_resending_everything(registry: Registry) -> None:
+def test_unlimited_is_what_append_only_pays_with_a_perfect_cache(registry: Registry) -> None:
     settings = ReplaySettings(window=10_000_000, policies=("append-only",))
     [result] = replay_sessions([demo_session(rounds=40)], settings, registry=registry)
     cost = result.policies["append-only"].cost_usd
-    assert result.floor_cost_usd <= cost <= result.floor_cost_usd * 1.10
+    assert result.unlimited_cost_usd <= cost <= result.unlimited_cost_usd * 1.10
+    assert result.policies["append-only"].fidelity.mean == 1.0  # it keeps everything
 
 
 def test_append_only_overflow_is_reported_as_failed(registry: Registry) -> None:
@@ -149,8 +163,61 @@ def test_append_only_overflow_is_reported_as_failed(registry: Registry) -> None:
                 Message(role="assistant", content="a" * 10),
                 Message(role="user", content="x" * 400), Message(role="assistant", content="b")]
     result = tiny_replay(registry, messages, window=600).policies["append-only"]
-    assert result.failed and "above the window of 600" in result.failure
+    assert result.failed and "above the input budget of 600" in result.failure
     assert result.requests == 1  # the run stopped at the overflowing request
+
+
+def test_the_output_reservation_applies_to_every_request(registry: Registry) -> None:
+    """A request that fits the window but not the window minus the reservation overflows."""
+    messages = [Message(role="system", content="s"), Message(role="user", content="u" * 400),
+                Message(role="assistant", content="a")]
+    fits = tiny_replay(registry, messages, window=600).policies["append-only"]
+    assert not fits.failed
+    reserved = tiny_replay(registry, messages, window=600, reserve_output=300)
+    result = reserved.policies["append-only"]
+    assert result.failed
+    assert "input budget of 300 (window 600 minus the 300-token output reservation)" in \
+        result.failure
+
+
+class _BigSummary:
+    """A policy whose one summary request is larger than the budget."""
+
+    name = "big-summary"
+
+    def __init__(self) -> None:
+        self.seen: list[Message] = []
+
+    def observe(self, message: Message) -> None:
+        self.seen.append(message)
+
+    def request(self) -> Any:
+        from ctxfold.kernel.types import PolicyRequest, SummaryCall, SummaryRequest
+
+        huge = SummaryRequest(messages=(Message(role="user", content="z" * 5000),), tools=(),
+                              max_tokens=100)
+        return PolicyRequest(messages=tuple(self.seen[-1:]),
+                             summaries=(SummaryCall(request=huge, text="brief"),), installed=True)
+
+    def canonical(self) -> None:
+        return None
+
+
+def test_a_summary_request_over_the_budget_is_an_overflow() -> None:
+    from ctxfold.kernel.hookspecs import hookimpl
+    from ctxfold.kernel.kinds import StrategySpec
+
+    class Plugin:
+        @hookimpl
+        def ctxfold_policies(self):
+            return [StrategySpec(kind="policy", name="big-summary",
+                                 factory=lambda ctx: _BigSummary())]
+
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
+    messages = [Message(role="user", content="go"), Message(role="assistant", content="ok")]
+    result = tiny_replay(registry, messages, window=3000,
+                         names=("big-summary",)).policies["big-summary"]
+    assert result.failed and result.failure.startswith("the summary request before request 1")
 
 
 @pytest.fixture(scope="module")
@@ -172,17 +239,28 @@ def test_ctxfold_keeps_all_invariants_on_the_demo(demo_results: list[Any]) -> No
 def test_every_request_is_billed_consistently(demo_results: list[Any]) -> None:
     for name, result in demo_results[0].policies.items():
         assert result.cache_hit_tokens + result.cache_miss_tokens == result.prompt_tokens, name
-        for turn in result.turns:
-            assert turn.hit_tokens + turn.miss_tokens == turn.prompt_tokens
+        for record in result.records:
+            assert record.hit_tokens + record.miss_tokens == record.prompt_tokens
+        assert sum(r.cost_usd for r in result.records) == pytest.approx(result.cost_usd)
+        parts = result.breakdown
+        assert sum(parts.as_dict().values()) == pytest.approx(result.cost_usd, abs=1e-7)
+        if not result.failed:  # every request of a completing policy fits the input budget
+            assert result.max_request_tokens <= DEMO_WINDOW - DEFAULT_RESERVE_OUTPUT, name
 
 
 def test_json_report_matches_the_schema(demo_results: list[Any]) -> None:
     schema = json.loads(SCHEMA.read_text())
-    report = json.loads(json.dumps(report_json(demo_results, profile="deepseek-flash",
-                                               window=DEMO_WINDOW)))
+    report = json.loads(json.dumps(report_json(
+        demo_results, profile="deepseek-flash", window=DEMO_WINDOW, reserve_output=4096,
+        summary_tokens=2048, per_request=True, missing={"x": "needs y"})))
     jsonschema = pytest.importorskip("jsonschema")  # a dev dependency: always there in CI
     jsonschema.validate(report, schema)
     assert set(report["totals"]) == set(report["sessions"][0]["policies"])
+    ctxfold = report["sessions"][0]["policies"]["ctxfold"]
+    assert len(ctxfold["per_request"]) == ctxfold["requests"] - ctxfold["summaries"]
+    assert 0 < ctxfold["fidelity"]["mean"] <= 1
+    assert report["references"]["unlimited"]["cost_usd"] > 0
+    assert report["sessions"][0]["policies"]["append-only"]["failure"].startswith("request ")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**report, "extra": 1}, schema)
     broken = json.loads(json.dumps(report))
@@ -190,19 +268,31 @@ def test_json_report_matches_the_schema(demo_results: list[Any]) -> None:
     broken["totals"][first]["cost_usd"] = "cheap"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
+    without = report_json(demo_results, profile="deepseek-flash", window=DEMO_WINDOW)
+    assert "per_request" not in without["sessions"][0]["policies"]["ctxfold"]
 
 
-def test_html_report_is_self_contained(demo_results: list[Any], tmp_path: Path) -> None:
-    page = report_html(demo_results, profile="deepseek-flash", window=DEMO_WINDOW)
+def _chromium() -> str:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("CTXFOLD_REQUIRE_BROWSER"):
+            pytest.fail("chromium is required here (CTXFOLD_REQUIRE_BROWSER) but not installed")
+        pytest.skip("chromium is not installed: the browser check was not run (CI installs "
+                    "it and sets CTXFOLD_REQUIRE_BROWSER, so there it runs)")
+    return chromium
+
+
+def test_html_report_is_self_contained_and_renders(demo_results: list[Any],
+                                                  tmp_path: Path) -> None:
+    page = report_html(demo_results, profile="deepseek-flash", window=DEMO_WINDOW,
+                       reserve_output=4096)
     assert "<svg" in page and "ctxfold" in page
     for attr in ("src=", "href="):
         for scheme in ("http://", "https://", "//"):
             assert f'{attr}"{scheme}' not in page and f"{attr}'{scheme}" not in page
-    assert "<script src" not in page and "<link" not in page
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium is not installed: the offline screenshot check was not run "
-                    "(the self-containment assertions above did run)")
+    assert "<script" not in page and "<link" not in page
+    names = list(demo_results[0].policies)
+    chromium = _chromium()
     path = tmp_path / "report.html"
     path.write_text(page)
     shot = tmp_path / "shot.png"
@@ -214,10 +304,15 @@ def test_html_report_is_self_contained(demo_results: list[Any], tmp_path: Path) 
     # What the browser actually built: every chart is there and has drawn data in it.
     dom = subprocess.run([chromium, *flags, "--dump-dom", path.as_uri()], check=True,
                          timeout=120, capture_output=True, text=True).stdout
-    policies = len(demo_results[0].policies)
-    assert dom.count("<svg") >= 2 + policies  # size, cost, and hits/misses per policy
-    assert dom.count("<polyline") >= 2 * policies  # one line per policy in two line charts
-    assert "request size" in dom and "cumulative cost" in dom
+    # totals: breakdown + cost x fidelity; per session: size, fidelity, cost, one per policy
+    assert dom.count("<svg") == 2 + 3 + len(names)
+    assert dom.count('class="line reactive nofill"') >= 3 * (len(names) - 1)
+    assert dom.count('class="rect reactive') > len(names)  # bars were drawn
+    for title in ("Cost breakdown per policy", "Cost × fidelity", "Request size (tokens)",
+                  "Fidelity per request", "Cumulative cost"):
+        assert f"<h3>{title}" in dom, title
+    for name in names:  # every policy is named in a legend, outside the charts
+        assert '<span class="key">' in dom and f"</span>{name}</span>" in dom, name
 
 
 def test_cli_demo_on_a_pipe_prints_only_the_report(tmp_path: Path) -> None:
@@ -243,3 +338,26 @@ def test_cli_rejects_an_unknown_policy(tmp_path: Path) -> None:
     from ctxfold.cli.main import main
 
     assert main(["replay", "--demo", "--policy", "nope"]) == 2  # a usage error
+
+
+def test_fidelity_sees_what_a_sliding_window_forgets(demo_results: list[Any]) -> None:
+    policies = demo_results[0].policies
+    assert policies["ctxfold"].fidelity.constraints == 1.0  # the pinned head keeps the task
+    assert policies["truncate-oldest"].fidelity.constraints < 0.5
+    assert policies["truncate-oldest"].fidelity.mean < policies["ctxfold"].fidelity.mean
+
+
+def test_costs_are_compared_with_ctxfold_only_where_both_completed() -> None:
+    from ctxfold.replay.results import PolicyResult, SessionResult, paired
+
+    def session(name: str, ctxfold: float, other: float, other_failed: bool) -> SessionResult:
+        return SessionResult(name=name, messages=1, requests=1, unlimited_cost_usd=1.0,
+                             trigger=1, policies={
+                                 "ctxfold": PolicyResult(cost_usd=ctxfold),
+                                 "peer": PolicyResult(cost_usd=other, failed=other_failed)})
+
+    result = paired([session("a", 2.0, 1.0, False), session("b", 4.0, 6.0, False),
+                     session("c", 5.0, 0.1, True)])
+    assert result["peer"].sessions == 2
+    assert result["peer"].cost_ratio == pytest.approx(7.0 / 6.0)  # c is left out
+    assert result["ctxfold"].cost_ratio == pytest.approx(1.0)

@@ -1,16 +1,19 @@
 """``ctxfold replay PATH... [--policy P[,P...]|all] [--profile NAME] [--window N]
-[--compact-ratio R] [--estimator NAME] [--format FMT] [--json OUT] [--html OUT] [--demo]``.
+[--reserve-output N] [--summary-tokens N] [--compact-ratio R] [--estimator NAME]
+[--format FMT] [--json OUT] [--html OUT] [--per-request] [--demo]``.
 
 Replays recorded sessions under several context policies and prints what each would have
-cost (``docs/replay.md``). ``--demo`` replays a session the package generates itself. A
-progress bar appears only when stderr is a terminal; on a pipe stdout carries only the
-report.
+cost and what its requests still carried (``docs/replay.md``). ``--demo`` replays a session the
+package generates itself. On a terminal, stderr shows a progress bar and one line per finished
+session; on a pipe stdout carries only the report.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +22,19 @@ from ctxfold.kernel.errors import ConfigError, CtxfoldError
 
 
 def register(subparsers: Any) -> None:
+    from ctxfold.replay.runner import DEFAULT_RESERVE_OUTPUT, DEFAULT_SUMMARY_TOKENS
+
     parser = subparsers.add_parser(
         "replay",
-        help="replay sessions under several context policies and compare their cost",
+        help="replay sessions under several context policies: cost beside fidelity",
         description="Replay recorded agent sessions (any importer format) under context "
-        "policies (ctxfold, append-only, truncate-oldest, codex-like, opencode-like, "
-        "openhands-like, masking) and report requests, tokens, cache hits and cost.",
+        "policies (ctxfold, the *-like reconstructions, and the real LangChain, pydantic-ai-"
+        "harness and OpenAI Agents SDK code with the peers extra) and report cost, cache "
+        "hits and what each policy's requests still carried (fidelity).",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="session file(s) or folders")
     parser.add_argument("--policy", default="all", metavar="P[,P...]|all",
-                        help="policies to replay (default: all)")
+                        help="policies to replay (default: all available)")
     parser.add_argument("--profile", default=None, metavar="NAME",
                         help="price profile: deepseek-flash (default), deepseek-v4-pro, mimo, "
                              "openai")
@@ -36,6 +42,12 @@ def register(subparsers: Any) -> None:
                         help="context window in tokens (default: the --profile's window, "
                              "e.g. 1048576 for deepseek-flash, 400000 for openai; --demo: "
                              "64000); a smaller window forces maintenance on short sessions")
+    parser.add_argument("--reserve-output", type=int, default=DEFAULT_RESERVE_OUTPUT,
+                        metavar="N", help="output reservation taken off the window for every "
+                        f"request of every policy (default {DEFAULT_RESERVE_OUTPUT})")
+    parser.add_argument("--summary-tokens", type=int, default=DEFAULT_SUMMARY_TOKENS,
+                        metavar="N", help="briefing length every summary request asks for "
+                        f"(default {DEFAULT_SUMMARY_TOKENS}; a sensitivity switch)")
     parser.add_argument("--compact-ratio", type=float, default=None, metavar="R",
                         help="trigger ratio (default: [agent] compact_ratio)")
     parser.add_argument("--estimator", default=None, metavar="NAME",
@@ -46,27 +58,47 @@ def register(subparsers: Any) -> None:
                         help="also write the JSON report to OUT ('-' = stdout instead of tables)")
     parser.add_argument("--html", dest="html_out", default=None, metavar="OUT",
                         help="also write a self-contained HTML report with charts to OUT")
+    parser.add_argument("--per-request", action="store_true",
+                        help="put every request's record in the JSON report")
     parser.add_argument("--demo", action="store_true",
                         help="replay a built-in, generated coding-agent session (no files)")
     parser.set_defaults(func=run)
 
 
-def _policies(spec: str, available: list[str]) -> tuple[str, ...]:
+def _policies(spec: str, registry: Any) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The policies to run, and (for ``all``) the registered ones that cannot run here."""
+    known = registry.names("policy")
+    missing = registry.unavailable("policy")
     if spec.strip() in ("", "all"):
-        return tuple(available)
+        return tuple(registry.available("policy")), missing
     names = tuple(n.strip() for n in spec.split(",") if n.strip())
-    unknown = [n for n in names if n not in available]
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(
             f"--policy: unknown policy {', '.join(map(repr, unknown))}; available: "
-            f"{', '.join(available)} (or 'all')"
+            f"{', '.join(known)} (or 'all')"
         )
-    return names
+    blocked = [missing[n] for n in names if n in missing]
+    if blocked:
+        raise UsageError("--policy: " + "; ".join(blocked))
+    return names, {}
+
+
+def _check_output(path: str | None, flag: str) -> None:
+    """Fail before any work when a report could not be written."""
+    if not path or path == "-":
+        return
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{flag} {path}: directory {parent} is not writable")
 
 
 def _write(path: str, text: str) -> None:
-    import os
-
     from ctxfold.atomic import atomic_write
 
     umask = os.umask(0)
@@ -76,6 +108,18 @@ def _write(path: str, text: str) -> None:
         atomic_write(Path(path), text.encode("utf-8"), mode=0o666 & ~umask)
     except OSError as exc:
         raise ConfigError(f"cannot write report {path}: {exc}; check the directory") from exc
+
+
+def _check_numbers(window: int, reserve: int, summary_tokens: int, ratio: float) -> None:
+    if window <= 1024:
+        raise UsageError(f"--window {window}: must be more than 1024 tokens")
+    if not 0 <= reserve <= window // 2:
+        raise UsageError(f"--reserve-output {reserve}: allowed 0 to half the window "
+                         f"({window // 2})")
+    if not 64 <= summary_tokens <= 32_768:
+        raise UsageError(f"--summary-tokens {summary_tokens}: allowed 64 to 32768")
+    if not 0.30 <= ratio <= 0.95:
+        raise UsageError(f"--compact-ratio {ratio}: allowed 0.30 to 0.95")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.paths and not args.demo:
         raise UsageError("replay: give at least one session PATH, or --demo")
+    _check_output(args.json_out, "--json")
+    _check_output(args.html_out, "--html")
     loaded = load_cli_config(args)
     config = loaded.config
     registry = load_registry(args)
@@ -104,15 +150,13 @@ def run(args: argparse.Namespace) -> int:
         window = DEMO_WINDOW
     else:
         window = profile_window(profile)
-    if window <= 1024:
-        raise UsageError(f"--window {window}: must be more than 1024 tokens")
     ratio = args.compact_ratio if args.compact_ratio is not None else config.agent.compact_ratio
-    if not 0.30 <= ratio <= 0.95:
-        raise UsageError(f"--compact-ratio {ratio}: allowed 0.30 to 0.95")
+    _check_numbers(window, args.reserve_output, args.summary_tokens, ratio)
+    names, missing = _policies(args.policy, registry)
     settings = ReplaySettings(
         window=window, compact_ratio=ratio, profile=profile,
-        estimator=args.estimator or config.estimator.name,
-        policies=_policies(args.policy, registry.names("policy")), format=args.format,
+        estimator=args.estimator or config.estimator.name, policies=names, format=args.format,
+        reserve_output=args.reserve_output, summary_tokens=args.summary_tokens,
     )
     sessions = [demo_session()] if args.demo else []
     failures = 0
@@ -124,20 +168,26 @@ def run(args: argparse.Namespace) -> int:
             failures += 1
     if not sessions:
         raise ConfigError("replay: no session could be read (see the errors above)")
+    for name, why in missing.items():
+        print(f"ctxfold: notice: not running {name}: {why}", file=sys.stderr)
     results = _run_with_progress(sessions, settings, registry, config)
-    report = json.dumps(report_json(results, profile=profile, window=window), indent=2)
+    common = {"profile": profile, "window": window}
+    report = json.dumps(report_json(results, **common, reserve_output=args.reserve_output,
+                                    summary_tokens=args.summary_tokens,
+                                    per_request=args.per_request, missing=missing), indent=2)
     if args.json_out and args.json_out != "-":
         _write(args.json_out, report + "\n")
     if args.html_out:
         from ctxfold.replay.report_html import report_html
 
-        _write(args.html_out, report_html(results, profile=profile, window=window))
+        _write(args.html_out, report_html(results, **common, reserve_output=args.reserve_output))
     if args.json_out == "-":
         print(report)
     else:
         from ctxfold.replay.report_text import print_report
 
-        print_report(results, profile=profile, window=window, file=sys.stdout)
+        print_report(results, **common, file=sys.stdout, reserve_output=args.reserve_output,
+                     missing=missing)
     return 1 if failures else 0
 
 
@@ -157,8 +207,17 @@ def _run_with_progress(sessions: list[Any], settings: Any, registry: Any, config
     from rich.console import Console
     from rich.progress import Progress
 
+    console = Console(stderr=True)
     steps = sum(1 for s in sessions for m in s.messages if m.role == "assistant")
-    with Progress(console=Console(stderr=True), transient=True) as progress:
+    started = time.monotonic()
+
+    def done(index: int, result: Any) -> None:
+        failed = [n for n, r in result.policies.items() if r.failed]
+        console.print(f"[{index + 1}/{len(sessions)}] {result.name}: {result.requests} "
+                      f"requests, {time.monotonic() - started:.0f} s"
+                      + (f"; failed: {', '.join(failed)}" if failed else ""), markup=False)
+
+    with Progress(console=console, transient=True) as progress:
         task = progress.add_task("replaying", total=steps)
         return replay_sessions(sessions, settings, registry=registry, config=config,
-                               on_step=lambda: progress.advance(task))
+                               on_step=lambda: progress.advance(task), on_session=done)

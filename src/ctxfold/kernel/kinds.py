@@ -69,6 +69,9 @@ class StrategySpec:
     ``kind`` (see :data:`KINDS`). ``defaults`` (providers only) declares the provider's
     defaults: a :class:`ProviderDefaults`, or a function of the config for a provider whose
     defaults follow another setting. ``source`` is filled in by the registry.
+    ``requires`` names the modules the strategy needs beyond ctxfold's own dependencies (an
+    optional extra); ``install`` says how to get them. A strategy whose modules are missing
+    stays registered (listed, named in errors) but is not *available*.
     """
 
     kind: str
@@ -77,6 +80,25 @@ class StrategySpec:
     description: str = ""
     source: str = ""
     defaults: ProviderDefaults | Callable[[Config], ProviderDefaults] | None = None
+    requires: tuple[str, ...] = ()
+    install: str = ""
+
+    def missing(self) -> str:
+        """Why the strategy cannot be built here ("" when its modules are importable)."""
+        import importlib.util
+
+        absent = []
+        for module in self.requires:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                absent.append(module)
+        if not absent:
+            return ""
+        hint = f"; {self.install}" if self.install else ""
+        return f"{self.kind} {self.name!r} needs {', '.join(absent)}, not installed{hint}"
 
 
 @attrs.frozen
@@ -152,7 +174,12 @@ class ImporterOptions:
 class PolicyOptions:
     """What every replay policy gets: the session's tools, the window, the trigger ratio, the
     shared estimator and summarizer, a private scratch directory and the session name.
-    ``constants`` tune a policy's named constants (tests); an unknown name is an error."""
+    ``constants`` tune a policy's named constants (tests); an unknown name is an error.
+
+    ``window`` is the input budget every request of every policy must fit: the model's window
+    minus ``reserve_output``, the output reservation the replay applies to all requests alike
+    (``model_window`` is the model's). ``summary_tokens`` is the briefing length every
+    summary request asks for (``SummaryRequest.target_tokens``)."""
 
     tools: tuple[ToolSchema, ...]
     window: int
@@ -162,6 +189,13 @@ class PolicyOptions:
     workdir: Path
     session_name: str = "session"
     constants: Mapping[str, float] = attrs.field(factory=dict)
+    reserve_output: int = 0
+    summary_tokens: int = 0
+
+    @property
+    def model_window(self) -> int:
+        """The model's context window: the input budget plus the output reservation."""
+        return self.window + self.reserve_output
 
     @property
     def trigger(self) -> int:

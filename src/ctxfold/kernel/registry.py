@@ -144,18 +144,20 @@ class Registry:
                 f"duplicate {kind} name {spec.name!r}: registered by {table[spec.name].source} "
                 f"and by {source}; disable one with [plugins] disabled = [...]"
             )
-        table[spec.name] = StrategySpec(
-            kind=spec.kind,
-            name=spec.name,
-            factory=spec.factory,
-            description=spec.description,
-            source=source,
-            defaults=spec.defaults,
-        )
+        table[spec.name] = attrs.evolve(spec, source=source)
 
     def names(self, kind: StrategyKind[Any] | str) -> list[str]:
         """Registered names of one kind, sorted."""
         return sorted(self._specs.get(_kind_name(kind), {}))
+
+    def available(self, kind: StrategyKind[Any] | str) -> list[str]:
+        """Registered names of one kind whose required modules are installed, sorted."""
+        return [n for n in self.names(kind) if not self.get(kind, n).missing()]
+
+    def unavailable(self, kind: StrategyKind[Any] | str) -> dict[str, str]:
+        """Registered names of one kind that cannot be built here, with the reason."""
+        reasons = {n: self.get(kind, n).missing() for n in self.names(kind)}
+        return {n: why for n, why in reasons.items() if why}
 
     def specs(self, kind: StrategyKind[Any] | str | None = None) -> list[StrategySpec]:
         """All descriptors (of one kind), in kind order then sorted by name."""
@@ -193,6 +195,9 @@ class Registry:
             _kind_name(kind)
             kind = KIND_BY_NAME[kind]
         spec = self.get(kind, name)
+        missing = spec.missing()
+        if missing:
+            raise PluginError(missing)
         if options is None:
             options = kind.options()
         elif not isinstance(options, kind.options):

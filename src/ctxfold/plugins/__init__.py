@@ -34,4 +34,5 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "ctxfold.plugins.policies.opencode_like",
     "ctxfold.plugins.policies.openhands_like",
     "ctxfold.plugins.policies.masking",
+    "ctxfold.plugins.policies.peers",
 )

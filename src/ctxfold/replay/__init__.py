@@ -21,14 +21,22 @@ from ctxfold.kernel.config import Config
 from ctxfold.kernel.kinds import ESTIMATOR, POLICY, SUMMARIZER
 from ctxfold.kernel.registry import Registry
 from ctxfold.replay.pricing import DEFAULT_PROFILE, PRICES, Price, get_price
-from ctxfold.replay.runner import PolicyResult, SessionResult, replay_session, totals
+from ctxfold.replay.results import PolicyResult, RequestRecord, SessionResult, totals
+from ctxfold.replay.runner import (
+    DEFAULT_RESERVE_OUTPUT,
+    DEFAULT_SUMMARY_TOKENS,
+    replay_session,
+)
 
 __all__ = [
     "DEFAULT_PROFILE",
+    "DEFAULT_RESERVE_OUTPUT",
+    "DEFAULT_SUMMARY_TOKENS",
     "PRICES",
     "PolicyResult",
     "Price",
     "ReplaySettings",
+    "RequestRecord",
     "SessionResult",
     "get_price",
     "replay_paths",
@@ -40,10 +48,14 @@ __all__ = [
 
 @attrs.frozen
 class ReplaySettings:
-    """What a replay runs with. ``policies`` empty = every registered policy."""
+    """What a replay runs with. ``policies`` empty = every available policy.
+    ``reserve_output`` is taken off the window for every request of every policy;
+    ``summary_tokens`` is the briefing length every summary request asks for."""
 
     window: int = 64_000
     compact_ratio: float = 0.80
+    reserve_output: int = DEFAULT_RESERVE_OUTPUT
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS
     profile: str = DEFAULT_PROFILE
     estimator: str = "deepseek"
     summarizer: str = "extractive"
@@ -53,23 +65,30 @@ class ReplaySettings:
 
 def replay_sessions(sessions: Sequence[object], settings: ReplaySettings, *,
                     registry: object = None, config: object = None,
-                    on_step: Callable[[], None] | None = None) -> list[SessionResult]:
-    """Replay already imported sessions (:class:`~ctxfold.kernel.types.ImportedSession`)."""
+                    on_step: Callable[[], None] | None = None,
+                    on_session: Callable[[int, SessionResult], None] | None = None,
+                    ) -> list[SessionResult]:
+    """Replay already imported sessions (:class:`~ctxfold.kernel.types.ImportedSession`);
+    ``on_step`` is called after every recorded request, ``on_session`` after every session."""
     cfg = config if isinstance(config, Config) else Config()
     reg = registry if isinstance(registry, Registry) else Registry.from_config(cfg)
     price = get_price(settings.profile)
-    names = list(settings.policies) or reg.names(POLICY)
+    names = list(settings.policies) or reg.available(POLICY)
     for name in names:
         reg.get(POLICY, name)  # unknown names fail before any work, listing the choices
     estimator = reg.create(ESTIMATOR, settings.estimator, config=cfg)
     summarizer = reg.create(SUMMARIZER, settings.summarizer, config=cfg)
-    return [
-        replay_session(session, names, registry=reg, config=cfg,  # type: ignore[arg-type]
-                       estimator=estimator, summarizer=summarizer, price=price,
-                       window=settings.window, compact_ratio=settings.compact_ratio,
-                       on_step=on_step)
-        for session in sessions
-    ]
+    results = []
+    for index, session in enumerate(sessions):
+        result = replay_session(
+            session, names, registry=reg, config=cfg,  # type: ignore[arg-type]
+            estimator=estimator, summarizer=summarizer, price=price, window=settings.window,
+            compact_ratio=settings.compact_ratio, reserve_output=settings.reserve_output,
+            summary_tokens=settings.summary_tokens, on_step=on_step)
+        results.append(result)
+        if on_session is not None:
+            on_session(index, result)
+    return results
 
 
 def replay_paths(paths: Sequence[str | Path], settings: ReplaySettings, *,

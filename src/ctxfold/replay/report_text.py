@@ -1,84 +1,185 @@
-"""The terminal report: one table per session and a totals table (rich).
+"""The terminal report (rich): one table per session, the totals, the cost breakdown as
+stacked bars, and a note on what the cheapest policy gave up.
 
-Columns: policy, requests, prompt tokens, cache-hit ratio, cost, summaries, prunes, max
-request size, failed. The best value of each column is highlighted (bold green on a
-terminal; marked ``*`` in plain text, which is what a pipe gets).
+Columns: policy, requests, cache-hit ratio, cost, fidelity (mean weighted retention),
+constraints retained, retention at the last request, share of requests below 50 %,
+summaries, prunes, max request, failed. The best value of each ranked column is highlighted
+(bold green on a terminal; marked ``*`` in plain text, which is what a pipe gets). A policy on
+the cost × fidelity Pareto front is marked ``◆``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from ctxfold.replay.runner import PolicyResult, SessionResult, totals
+from ctxfold.replay.billing import BREAKDOWN
+from ctxfold.replay.results import Paired, PolicyResult, SessionResult, paired, totals
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def _num(value: float | None) -> float:
+    return -1.0 if value is None else value
+
 
 #: (header, value getter, formatter, lower is better?) — ``None`` = not ranked.
-_Column = tuple[str, Callable[[PolicyResult], float], Callable[[float], str], bool | None]
+_Column = tuple[str, Callable[[PolicyResult], Any], Callable[[Any], str], bool | None]
 COLUMNS: tuple[_Column, ...] = (
     ("requests", lambda r: r.requests, lambda v: f"{int(v):,}", None),
-    ("prompt tokens", lambda r: r.prompt_tokens, lambda v: f"{int(v):,}", True),
     ("cache hit", lambda r: r.hit_ratio, lambda v: f"{v:.1%}", False),
     ("cost USD", lambda r: r.cost_usd, lambda v: f"{v:.4f}", True),
+    ("fidelity", lambda r: r.fidelity.mean, _pct, False),
+    ("constraints", lambda r: r.fidelity.constraints, _pct, False),
+    ("last", lambda r: r.fidelity.last, _pct, False),
+    ("<50%", lambda r: r.fidelity.below_half, _pct, True),
     ("summaries", lambda r: r.summaries, lambda v: f"{int(v)}", None),
     ("prunes", lambda r: r.prunes, lambda v: f"{int(v)}", None),
     ("max request", lambda r: r.max_request_tokens, lambda v: f"{int(v):,}", True),
 )
+#: Breakdown parts: label and the glyph of its bar segment (distinct without colour too).
+PARTS: dict[str, tuple[str, str, str]] = {
+    "main_hit_usd": ("main cache hits", "░", "green"),
+    "main_miss_usd": ("main cache misses", "█", "red"),
+    "main_output_usd": ("main output", "▒", "blue"),
+    "summary_input_usd": ("summary input", "▓", "magenta"),
+    "summary_output_usd": ("summary output", "≡", "yellow"),
+}
+BAR_WIDTH = 48
 
 
-def _best(results: dict[str, PolicyResult], getter: Callable[[PolicyResult], float],
-          lower: bool) -> float | None:
+def pareto_front(results: Mapping[str, PolicyResult]) -> set[str]:
+    """Policies no other completed policy beats on both cost and fidelity."""
+    done = {n: r for n, r in results.items() if not r.failed and r.fidelity.mean is not None}
+    front = set()
+    for name, r in done.items():
+        if not any(o.cost_usd <= r.cost_usd and _num(o.fidelity.mean) >= _num(r.fidelity.mean)
+                   and (o.cost_usd, o.fidelity.mean) != (r.cost_usd, r.fidelity.mean)
+                   for other, o in done.items() if other != name):
+            front.add(name)
+    return front
+
+
+def cheapest_note(results: Mapping[str, PolicyResult]) -> str:
+    """What the cheapest completed policy saved, and what it gave up, against ctxfold (or,
+    when ctxfold is the cheapest, against the runner-up)."""
+    done = sorted(((r.cost_usd, n) for n, r in results.items() if not r.failed))
+    if len(done) < 2:
+        return ""
+    names = [name for _cost, name in done]
+    cheapest = names[0]
+    other = "ctxfold" if cheapest != "ctxfold" and "ctxfold" in names else names[1]
+    a, b = results[cheapest], results[other]
+    parts = {k: getattr(b.breakdown, k) - getattr(a.breakdown, k) for k in BREAKDOWN}
+    key = max(parts, key=lambda k: parts[k])
+    saved = b.cost_usd - a.cost_usd
+    text = (f"{cheapest} is the cheapest (${a.cost_usd:.4f}, {saved / b.cost_usd:.0%} under "
+            f"{other}); most of the difference is {PARTS[key][0]} (${parts[key]:.4f} less)")
+    if a.fidelity.mean is not None and b.fidelity.mean is not None:
+        text += (f"; it keeps {a.fidelity.mean:.0%} of the probes against {other}'s "
+                 f"{b.fidelity.mean:.0%} (constraints {_pct(a.fidelity.constraints)} vs "
+                 f"{_pct(b.fidelity.constraints)})")
+    return text + "."
+
+
+def _best(results: Mapping[str, PolicyResult], getter: Callable[[PolicyResult], Any],
+          lower: bool) -> Any:
     # A failed policy stopped early: its sums are not comparable, so it never wins.
-    values = [getter(r) for r in results.values() if not r.failed]
+    values = [getter(r) for r in results.values() if not r.failed and getter(r) is not None]
     if not values:
         return None
     return min(values) if lower else max(values)
 
 
-def _table(title: str, results: dict[str, PolicyResult], plain: bool,
-           caption: str = "") -> Any:
+def paired_text(p: Paired | None) -> str:
+    """``1.12× (9)``: cost against ctxfold on the 9 sessions both completed."""
+    if p is None or p.cost_ratio is None:
+        return "–"
+    return f"{p.cost_ratio:.2f}× ({p.sessions})"
+
+
+def _table(title: str, results: Mapping[str, PolicyResult], plain: bool,
+           caption: str = "", vs: Mapping[str, Paired] | None = None) -> Any:
     from rich.table import Table
 
-    table = Table(title=title, caption=caption or None, title_justify="left")
-    table.add_column("policy")
+    table = Table(title=title, caption=caption or None, title_justify="left",
+                  caption_justify="left")
+    table.add_column("policy", no_wrap=True)
     for header, *_ in COLUMNS:
         table.add_column(header, justify="right")
+    if vs is not None:
+        table.add_column("vs ctxfold", justify="right")
     table.add_column("failed")
     bests = {header: (_best(results, get, lower) if lower is not None else None)
              for header, get, _fmt, lower in COLUMNS}
+    front = pareto_front(results)
     for name, result in results.items():
-        cells = [name]
+        cells = [f"{name} ◆" if name in front else name]
         for header, get, fmt, _lower in COLUMNS:
             value = get(result)
             text = fmt(value)
             if bests[header] is not None and value == bests[header] and not result.failed:
                 text = f"{text}*" if plain else f"[bold green]{text}[/]"
             cells.append(text)
+        if vs is not None:
+            cells.append(paired_text(vs.get(name)))
         cells.append("FAILED" if result.failed else "no")
         table.add_row(*cells)
     return table
 
 
+def breakdown_bars(results: Mapping[str, PolicyResult], plain: bool) -> list[str]:
+    """One stacked bar per policy on one shared scale (the most expensive policy's cost)."""
+    top = max((r.cost_usd for r in results.values()), default=0.0) or 1.0
+    width = max((len(n) for n in results), default=0)
+    lines = []
+    for name, r in results.items():
+        bar = []
+        for key, (_label, glyph, colour) in PARTS.items():
+            cells = round(getattr(r.breakdown, key) / top * BAR_WIDTH)
+            if cells:
+                bar.append(glyph * cells if plain else f"[{colour}]{glyph * cells}[/]")
+        flag = "  (failed: partial)" if r.failed else ""
+        lines.append(f"{name:<{width}}  {''.join(bar)} ${r.cost_usd:.4f}{flag}")
+    legend = "   ".join(f"{glyph} {label}" for label, glyph, _c in PARTS.values())
+    return [*lines, f"{'':<{width}}  {legend}"]
+
+
 def print_report(sessions: Sequence[SessionResult], *, profile: str, window: int,
-                 file: IO[str], terminal: bool | None = None) -> None:
-    """Print every session table and the totals table to ``file``."""
+                 file: IO[str], terminal: bool | None = None, reserve_output: int = 0,
+                 missing: Mapping[str, str] | None = None) -> None:
+    """Print every session table, the totals, the breakdown and the notes to ``file``."""
     from rich.console import Console
 
-    console = Console(file=file, force_terminal=terminal, width=None if terminal else 120,
+    console = Console(file=file, force_terminal=terminal, width=None if terminal else 160,
                       no_color=not terminal if terminal is not None else None)
     plain = not console.is_terminal
+    budget = f"window {window:,} (input budget {window - reserve_output:,})"
     for session in sessions:
         console.print(_table(
             f"{session.name} — {session.messages} messages, {session.requests} requests, "
-            f"trigger {session.trigger:,} of window {window:,}",
+            f"{session.probes} probes, {budget}; unlimited ${session.unlimited_cost_usd:.4f}",
             session.policies, plain,
         ))
         for name, result in session.policies.items():
             if result.failed:
                 console.print(f"  {name} failed: {result.failure}", markup=False)
-    floor = sum(s.floor_cost_usd for s in sessions)
+    summed = totals(sessions)
+    unlimited = sum(s.unlimited_cost_usd for s in sessions)
     console.print(_table(
-        f"totals — {len(sessions)} session(s), profile {profile}, window {window:,}",
-        totals(sessions), plain,
-        caption=f"floor (every token a miss once, every resend a hit): ${floor:.4f}"
-                + ("; * = best of column" if plain else ""),
+        f"totals — {len(sessions)} session(s), profile {profile}, {budget}", summed, plain,
+        caption=(f"unlimited (keep everything, perfect cache, fidelity 100%): ${unlimited:.4f}."
+                 " ◆ = on the cost × fidelity Pareto front; vs ctxfold = cost ÷ ctxfold's on "
+                 "the (n) sessions both completed" + ("; * = best of column" if plain else "")),
+        vs=paired(sessions) if len(sessions) > 1 else None,
     ))
+    console.print("cost breakdown (one scale for all policies):")
+    for line in breakdown_bars(summed, plain):
+        console.print(line, markup=not plain, highlight=False)
+    note = cheapest_note(summed)
+    if note:
+        console.print(note, markup=False)
+    for name, why in (missing or {}).items():
+        console.print(f"not run: {name}: {why}", markup=False)

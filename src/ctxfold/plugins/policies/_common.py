@@ -14,14 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import attrs
+
 from ctxfold.kernel.errors import MaintenanceError, PluginError, PolicyFailedError
 from ctxfold.kernel.kinds import PolicyOptions
-from ctxfold.kernel.summary import (
-    build_summary_request,
-    summary_output_cap,
-    validate_summary_result,
-    wrap_summary,
-)
+from ctxfold.kernel.summary import build_summary_request, validate_summary_result, wrap_summary
 from ctxfold.kernel.types import Message, RequestShape, SummaryCall, SummaryRequest
 
 #: The window peer constants (Codex, opencode) were tuned for: a 200K-token model (Claude
@@ -81,7 +78,9 @@ class BasePolicy:
         return est.estimate(RequestShape([message])) - est.estimate(RequestShape([]))
 
     def summarize(self, request: SummaryRequest) -> tuple[SummaryCall, Message]:
-        """Run the shared summarizer once; the call (for costing) and the summary message."""
+        """Run the shared summarizer once, asking for the replay's briefing length; the call
+        (for costing) and the summary message."""
+        request = with_target(request, self.setup)
         result = self.setup.summarizer.summarize(request)
         try:
             text = validate_summary_result(result, session_id=self.setup.session_name)
@@ -91,9 +90,10 @@ class BasePolicy:
 
     def summary_request(self, system: Message | None, region: Sequence[Message]) -> SummaryRequest:
         """A cache-aligned summary request (system + region as sent + instruction, tools
-        kept), shrunk from the oldest end until it fits the window minus the summary cap."""
+        kept), shrunk from the oldest end until it fits the input budget (``window``: the
+        output reservation is already taken off, as for every request)."""
         window = self.setup.window
-        limit = window - summary_output_cap(window) - 256
+        limit = window
         region = list(region)
         while True:
             req = build_summary_request(system, region, self.setup.tools, window=window)
@@ -101,6 +101,13 @@ class BasePolicy:
                 return req
             # Like Codex's local path on ContextWindowExceeded: drop the oldest item.
             region = region[1:]
+
+
+def with_target(request: SummaryRequest, setup: PolicyOptions) -> SummaryRequest:
+    """``request`` asking for the replay's one briefing length (``setup.summary_tokens``)."""
+    if not setup.summary_tokens or request.target_tokens == setup.summary_tokens:
+        return request
+    return attrs.evolve(request, target_tokens=setup.summary_tokens)
 
 
 def first_system(messages: Sequence[Message]) -> Message | None:

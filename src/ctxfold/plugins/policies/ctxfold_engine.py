@@ -21,6 +21,7 @@ from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, PolicyRequest, SummaryCall, SummaryRequest, SummaryResult
+from ctxfold.plugins.policies._common import with_target
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -28,11 +29,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 class _Recorder:
     """Wraps the shared summarizer and keeps every request with its answer."""
 
-    def __init__(self, inner: object) -> None:
+    def __init__(self, inner: object, setup: PolicyOptions) -> None:
         self.inner = inner
+        self.setup = setup
         self.calls: list[tuple[SummaryRequest, SummaryResult]] = []
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
+        request = with_target(request, self.setup)
         result: SummaryResult = self.inner.summarize(request)  # type: ignore[attr-defined]
         self.calls.append((request, result))
         return result
@@ -52,7 +55,7 @@ class CtxfoldPolicy:
             store=attrs.evolve(context.config.store, name="fs",
                                path=str(setup.workdir / "ctxfold-store")),
         )
-        self.recorder = _Recorder(setup.summarizer)
+        self.recorder = _Recorder(setup.summarizer, setup)
         session_id = (_UNSAFE.sub("_", setup.session_name) or "session")[:100]
         if not session_id[0].isalnum():
             session_id = "s" + session_id

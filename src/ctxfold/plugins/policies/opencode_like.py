@@ -15,6 +15,9 @@ only after the prompt loop exits; single-task agent sessions have one user turn 
 exit the loop, so that rule would never fire — here the 40 000-token protection alone guards
 recent work and the check runs before every request. All three constants are scaled by
 ``window / 200_000`` below a 200K window (:func:`ctxfold.plugins.policies._common.scaled`).
+The buffer is opencode's output reservation: under the replay's one output reservation it
+comes off the model's window once, not twice (``max(0, buffer − reserve_output)`` off the
+input budget).
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ class OpencodeLikePolicy(BasePolicy):
         self.pruned: set[int] = set()  # history indices of cleared tool results
         self.protect = scaled(PRUNE_PROTECT, setup.window)
         self.minimum = scaled(PRUNE_MINIMUM, setup.window)
-        self.buffer = scaled(COMPACTION_BUFFER, setup.window)
+        # opencode reserves its buffer for output; the replay's output reservation is already
+        # off the budget, so only what opencode reserves beyond it comes off again.
+        self.buffer = max(0, scaled(COMPACTION_BUFFER, setup.model_window) - setup.reserve_output)
 
     def view(self) -> list[Message]:
         tail = [

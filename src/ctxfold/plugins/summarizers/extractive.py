@@ -207,7 +207,8 @@ class ExtractiveSummarizer:
             if m.role != "system"
             and not (m.role == "user" and m.content.lstrip().startswith(SUMMARY_INSTRUCTION_MARKER))
         ]
-        text = extract_summary(region, max(request.max_tokens, 1) * CHARS_PER_TOKEN)
+        tokens = min(request.target_tokens or request.max_tokens, request.max_tokens)
+        text = extract_summary(region, max(tokens, 1) * CHARS_PER_TOKEN)
         return SummaryResult(text=text, finish_reason="stop")
 
 
