@@ -158,3 +158,20 @@ def test_show_names_what_the_provider_declares(project: Path, capsys: pytest.Cap
     assert main(["config", "show", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)["config"]["provider"]
     assert shown["cache_ttl_minutes"] == {"value": 10, "source": "provider default (responses)"}
+
+
+def test_plugins_says_which_strategies_need_an_extra(capsys, monkeypatch) -> None:
+    import importlib.util
+
+    from ctxfold.cli.main import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "langgraph" else real(name, *a))
+    assert main(["plugins", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert "langgraph" in rows["langchain-summarization"]["unavailable"]
+    assert "ctxfold[peers]" in rows["langchain-summarization"]["unavailable"]
+    assert rows["ctxfold"]["unavailable"] is None
+    assert main(["plugins"]) == 0
+    assert "[unavailable: policy 'langchain-summarization' needs" in capsys.readouterr().out

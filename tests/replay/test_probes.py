@@ -116,3 +116,16 @@ def test_the_summary_of_a_policy_over_its_requests() -> None:
 def test_weights_follow_the_documented_table() -> None:
     assert WEIGHTS == {"constraint": 3, "task": 2, "error": 2, "command": 1, "outcome": 1,
                        "path": 1, "identifier": 1}
+
+
+def test_a_command_with_quotes_is_found_in_the_message_that_ran_it() -> None:
+    """The probe is the decoded argument; the message stores it JSON-escaped."""
+    call = ToolCall(id="c1", name="bash",
+                    arguments=json.dumps({"command": 'grep -n "limit value" src/config.py'}))
+    messages = [Message(role="user", content="Look at the limit."),
+                Message(role="assistant", tool_calls=(call,)),
+                Message(role="tool", tool_call_id="c1", content="12: limit = 4096"),
+                Message(role="assistant", content="Found it.")]
+    probes = extract_probes(messages)
+    assert 'grep -n "limit value" src/config.py' in kinds(probes)["command"]
+    assert FidelityScorer(probes).score(messages[:3], 3).weighted == 1.0

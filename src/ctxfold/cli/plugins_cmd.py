@@ -1,4 +1,5 @@
-"""``ctxfold plugins [--json]``: list every registered strategy with its kind, name and source."""
+"""``ctxfold plugins [--json]``: list every registered strategy with its kind, name and source,
+and why one cannot be built here (an optional extra that is not installed)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
 
     registry = load_registry(args, validate=False)
     rows = [
-        {"kind": s.kind, "name": s.name, "source": s.source, "description": s.description}
+        {"kind": s.kind, "name": s.name, "source": s.source, "description": s.description,
+         "unavailable": s.missing() or None}
         for s in registry.specs()
     ]
     if args.json:
@@ -32,5 +34,6 @@ def run(args: argparse.Namespace) -> int:
     width_name = max([len("NAME"), *(len(r["name"]) for r in rows)])
     print(f"{'KIND':<{width_kind}}  {'NAME':<{width_name}}  SOURCE")
     for r in rows:
-        print(f"{r['kind']:<{width_kind}}  {r['name']:<{width_name}}  {r['source']}")
+        note = f"  [unavailable: {r['unavailable']}]" if r["unavailable"] else ""
+        print(f"{r['kind']:<{width_kind}}  {r['name']:<{width_name}}  {r['source']}{note}")
     return 0

@@ -91,6 +91,20 @@ def _arguments(message: Message) -> list[str]:
     return out
 
 
+def _argument_values(message: Message) -> list[str]:
+    """The string values of a message's tool-call arguments, decoded (a command probe is
+    drawn from the decoded value, so it is looked for there too)."""
+    out = []
+    for call in message.tool_calls:
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError:
+            continue
+        if isinstance(args, dict):
+            out += [v for v in args.values() if isinstance(v, str)]
+    return out
+
+
 def _commands(message: Message) -> Iterable[str]:
     for call in message.tool_calls:
         try:
@@ -188,7 +202,8 @@ class FidelityScorer:
         if cached is not None:
             return cached
         text = "\n".join([message.text, message.reasoning_content or "",
-                          *(f"{c.name} {c.arguments}" for c in message.tool_calls)])
+                          *(f"{c.name} {c.arguments}" for c in message.tool_calls),
+                          *_argument_values(message)])
         mask = 0
         for bit, needle in self._exact:
             if needle in text:

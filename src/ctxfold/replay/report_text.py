@@ -153,7 +153,7 @@ def print_report(sessions: Sequence[SessionResult], *, profile: str, window: int
     """Print every session table, the totals, the breakdown and the notes to ``file``."""
     from rich.console import Console
 
-    console = Console(file=file, force_terminal=terminal, width=None if terminal else 160,
+    console = Console(file=file, force_terminal=terminal, width=None if terminal else 180,
                       no_color=not terminal if terminal is not None else None)
     plain = not console.is_terminal
     budget = f"window {window:,} (input budget {window - reserve_output:,})"
