@@ -361,3 +361,23 @@ def test_costs_are_compared_with_ctxfold_only_where_both_completed() -> None:
     assert result["peer"].sessions == 2
     assert result["peer"].cost_ratio == pytest.approx(7.0 / 6.0)  # c is left out
     assert result["ctxfold"].cost_ratio == pytest.approx(1.0)
+
+
+def test_totals_of_several_sessions_compare_with_ctxfold(demo_results: list[Any]) -> None:
+    import io
+
+    from ctxfold.replay.report_text import cheapest_note, paired_costs, print_report
+    from ctxfold.replay.results import totals
+
+    sessions = demo_results * 2
+    costs = paired_costs(sessions)
+    assert costs is not None and costs["ctxfold"] == pytest.approx(1.0)
+    assert "append-only" not in costs  # it completed no session with ctxfold
+    out = io.StringIO()
+    print_report(sessions, profile="deepseek-flash", window=DEMO_WINDOW, file=out,
+                 reserve_output=DEFAULT_RESERVE_OUTPUT)
+    text = out.getvalue()
+    assert "vs ctxfold" in text and "(2)" in text
+    assert cheapest_note(totals(sessions), costs) in " ".join(text.split())
+    page = report_html(sessions, profile="deepseek-flash", window=DEMO_WINDOW)
+    assert "cost ÷ ctxfold" in page and "<th>vs ctxfold</th>" in page

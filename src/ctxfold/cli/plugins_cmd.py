@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from ctxfold.cli.common import load_registry
 
     registry = load_registry(args, validate=False)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"kind": s.kind, "name": s.name, "source": s.source, "description": s.description,
          "unavailable": s.missing() or None}
         for s in registry.specs()

@@ -18,7 +18,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxfold.replay.billing import BREAKDOWN
-from ctxfold.replay.report_text import COLUMNS, PARTS, cheapest_note, paired_text, pareto_front
+from ctxfold.replay.report_text import (
+    COLUMNS,
+    PARTS,
+    cheapest_note,
+    cost_points,
+    paired_costs,
+    paired_text,
+    pareto_front,
+)
 from ctxfold.replay.results import Paired, PolicyResult, SessionResult, paired, totals
 
 POLICY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -92,30 +100,33 @@ def breakdown_chart(results: Mapping[str, PolicyResult]) -> str:
     return _svg(chart) + legend({PARTS[k][0]: PART_COLOURS[k] for k in BREAKDOWN})
 
 
-def cost_fidelity_chart(results: Mapping[str, PolicyResult], colours: Mapping[str, str]) -> str:
+def cost_fidelity_chart(results: Mapping[str, PolicyResult], colours: Mapping[str, str],
+                        costs: Mapping[str, float] | None = None, x_title: str = "cost USD",
+                        ) -> str:
+    """Each policy's cost (``costs``, default its total) against its fidelity, with the Pareto
+    front of those points."""
     import pygal
 
-    done = {n: r for n, r in results.items() if not r.failed and r.fidelity.mean is not None}
-    front = sorted((r.cost_usd, r.fidelity.mean) for n, r in done.items()
-                   if n in pareto_front(done))
-    chart = pygal.XY(**_config(colours=[*(colours[n] for n in done), "#444444"], stroke=False,
-                               show_dots=True, dots_size=6, height=380, x_title="cost USD",
-                               y_title="fidelity (weighted retention)", range=(0, 1),
-                               value_formatter=lambda v: f"{v:.0%}"))
-    for name, r in done.items():
-        chart.add(name, [(r.cost_usd, r.fidelity.mean)])
+    points = cost_points(results, costs)
+    front = sorted(points[n] for n in pareto_front(results, costs))
+    xmax = max((x for x, _ in points.values()), default=1.0) * 1.1 or 1.0
+    chart = pygal.XY(**_config(colours=[*(colours[n] for n in points), "#444444"],
+                               stroke=False, show_dots=True, dots_size=6, height=380,
+                               x_title=x_title, y_title="fidelity (weighted retention)",
+                               range=(0, 1), xrange=(0, xmax),
+                               value_formatter=lambda v: f"{v:.0%}",
+                               x_value_formatter=lambda v: f"{v:.2f}"))
+    for name, point in points.items():
+        chart.add(name, [point])
+    entries = {n: colours[n] for n in points}
     if len(front) > 1:
         chart.add("Pareto front", front, stroke=True, show_dots=False,
                   stroke_style={"dasharray": "6,4", "width": 1.5})
-    entries = {n: colours[n] for n in done}
-    if len(front) > 1:
         entries["Pareto front"] = "#444444"
     return _svg(chart) + legend(entries, dashed=["Pareto front"])
 
 
 Points = list[tuple[float, float]]
-
-
 REFERENCE_COLOURS = ("#444444", "#999999")
 
 
@@ -171,11 +182,12 @@ def hit_miss_chart(r: PolicyResult, ymax: float) -> str:
     return _svg(chart)
 
 
-def _table(results: Mapping[str, PolicyResult], vs: Mapping[str, Paired] | None = None) -> str:
+def _table(results: Mapping[str, PolicyResult], vs: Mapping[str, Paired] | None = None,
+           costs: Mapping[str, float] | None = None) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h, *_ in COLUMNS)
     if vs is not None:
         head += "<th>vs ctxfold</th>"
-    front = pareto_front(results)
+    front = pareto_front(results, costs)
     rows = []
     for name, r in results.items():
         cells = []
@@ -215,7 +227,7 @@ def _session(s: SessionResult, budget: int, colours: Mapping[str, str]) -> str:
             points.append((float(rec.number), total))
         costs[n] = points
     # The cost scale ends a quarter above the dearest policy on the Pareto front.
-    front = pareto_front(s.policies) or set(s.policies)
+    front = pareto_front(s.policies) or set(s.policies)  # the per-session chart: USD
     cap = 1.25 * max((s.policies[n].cost_usd for n in front), default=1.0)
     shown, off = capped(costs, cap)
     ymax = max((rec.prompt_tokens for r in s.policies.values() for rec in r.records),
@@ -240,13 +252,22 @@ def _session(s: SessionResult, budget: int, colours: Mapping[str, str]) -> str:
             + f"<div>{small}</div>")
 
 
+def _cost_fidelity(sessions: Sequence[SessionResult], summed: Mapping[str, PolicyResult],
+                   colours: Mapping[str, str]) -> str:
+    costs = paired_costs(sessions)
+    if costs is None:
+        return cost_fidelity_chart(summed, colours)
+    return cost_fidelity_chart(summed, colours, costs,
+                               "cost ÷ ctxfold's, on the sessions both completed")
+
+
 def report_html(sessions: Sequence[SessionResult], *, profile: str, window: int,
                 reserve_output: int = 0) -> str:
     """The whole report as one self-contained HTML document."""
     summed = totals(sessions)
     unlimited = sum(s.unlimited_cost_usd for s in sessions)
     budget = window - reserve_output
-    note = cheapest_note(summed)
+    note = cheapest_note(summed, paired_costs(sessions))
     colours = colour_map(list(summed))
     body = "".join(_session(s, budget, colours) for s in sessions)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -254,7 +275,8 @@ def report_html(sessions: Sequence[SessionResult], *, profile: str, window: int,
             f"<h1>ctxfold replay — profile {_e(profile)}, window {window:,}, input budget "
             f"{budget:,}</h1>"
             f"<h2>Totals ({len(sessions)} session(s))</h2>"
-            f"{_table(summed, paired(sessions) if len(sessions) > 1 else None)}"
+            + _table(summed, paired(sessions) if len(sessions) > 1 else None,
+                     paired_costs(sessions)) +
             f"{_failures(summed)}"
             f"<p class='note'>{_e(note)}</p>"
             f"<p class='note'>Unlimited (append-only with an unlimited window and a perfect "
@@ -265,4 +287,4 @@ def report_html(sessions: Sequence[SessionResult], *, profile: str, window: int,
             "requests still carry, not answer quality.</p>"
             "<h3>Cost breakdown per policy (USD, one scale)</h3>" + breakdown_chart(summed)
             + "<h3>Cost × fidelity (up and left is better; dashed: the Pareto front)</h3>"
-            + cost_fidelity_chart(summed, colours) + f"{body}</body></html>\n")
+            + _cost_fidelity(sessions, summed, colours) + f"{body}</body></html>\n")

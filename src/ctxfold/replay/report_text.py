@@ -50,21 +50,50 @@ PARTS: dict[str, tuple[str, str, str]] = {
 BAR_WIDTH = 48
 
 
-def pareto_front(results: Mapping[str, PolicyResult]) -> set[str]:
-    """Policies no other completed policy beats on both cost and fidelity."""
-    done = {n: r for n, r in results.items() if not r.failed and r.fidelity.mean is not None}
-    front = set()
-    for name, r in done.items():
-        if not any(o.cost_usd <= r.cost_usd and _num(o.fidelity.mean) >= _num(r.fidelity.mean)
-                   and (o.cost_usd, o.fidelity.mean) != (r.cost_usd, r.fidelity.mean)
-                   for other, o in done.items() if other != name):
-            front.add(name)
-    return front
+def cost_points(results: Mapping[str, PolicyResult],
+                costs: Mapping[str, float] | None = None) -> dict[str, tuple[float, float]]:
+    """(cost, fidelity) per policy: its own cost among the policies that completed, or, with
+    ``costs`` (cost ÷ ctxfold's on shared sessions), every policy that has one."""
+    if costs is None:
+        return {n: (r.cost_usd, r.fidelity.mean) for n, r in results.items()
+                if not r.failed and r.fidelity.mean is not None}
+    return {n: (costs[n], r.fidelity.mean) for n, r in results.items()
+            if n in costs and r.fidelity.mean is not None}
 
 
-def cheapest_note(results: Mapping[str, PolicyResult]) -> str:
-    """What the cheapest completed policy saved, and what it gave up, against ctxfold (or,
-    when ctxfold is the cheapest, against the runner-up)."""
+def pareto_front(results: Mapping[str, PolicyResult],
+                 costs: Mapping[str, float] | None = None) -> set[str]:
+    """Policies no other policy beats on both cost and fidelity (see :func:`cost_points`)."""
+    points = cost_points(results, costs)
+    return {n for n, p in points.items()
+            if not any(o != p and o[0] <= p[0] and o[1] >= p[1] for o in points.values())}
+
+
+def paired_costs(sessions: Sequence[SessionResult]) -> dict[str, float] | None:
+    """Cost ÷ ctxfold's per policy on the sessions both completed (``None`` for one session,
+    where the plain costs are comparable)."""
+    if len(sessions) < 2:
+        return None
+    return {n: p.cost_ratio for n, p in paired(sessions).items() if p.cost_ratio is not None}
+
+
+def cheapest_note(results: Mapping[str, PolicyResult],
+                  costs: Mapping[str, float] | None = None) -> str:
+    """What the cheapest policy saved, and what it gave up, against ctxfold (or, when ctxfold
+    is the cheapest, against the runner-up). With ``costs`` (cost ÷ ctxfold's on shared
+    sessions, see :func:`paired_costs`) the comparison is on those sessions."""
+    if costs is not None:
+        ranked = sorted((ratio, n) for n, ratio in costs.items() if n != "ctxfold")
+        if not ranked or "ctxfold" not in results:
+            return ""
+        ratio, name = ranked[0]
+        a, b = results[name], results["ctxfold"]
+        if ratio >= 1:
+            return (f"ctxfold is the cheapest on the sessions it shares with each policy; the "
+                    f"closest, {name}, costs {ratio:.2f}× as much.")
+        text = (f"{name} is the cheapest: {ratio:.2f}× ctxfold's cost on the sessions both "
+                "completed")
+        return text + _fidelity_clause(a, b, "ctxfold") + "."
     done = sorted(((r.cost_usd, n) for n, r in results.items() if not r.failed))
     if len(done) < 2:
         return ""
@@ -77,11 +106,15 @@ def cheapest_note(results: Mapping[str, PolicyResult]) -> str:
     saved = b.cost_usd - a.cost_usd
     text = (f"{cheapest} is the cheapest (${a.cost_usd:.4f}, {saved / b.cost_usd:.0%} under "
             f"{other}); most of the difference is {PARTS[key][0]} (${parts[key]:.4f} less)")
-    if a.fidelity.mean is not None and b.fidelity.mean is not None:
-        text += (f"; it keeps {a.fidelity.mean:.0%} of the probes against {other}'s "
-                 f"{b.fidelity.mean:.0%} (constraints {_pct(a.fidelity.constraints)} vs "
-                 f"{_pct(b.fidelity.constraints)})")
-    return text + "."
+    return text + _fidelity_clause(a, b, other) + "."
+
+
+def _fidelity_clause(a: PolicyResult, b: PolicyResult, other: str) -> str:
+    if a.fidelity.mean is None or b.fidelity.mean is None:
+        return ""
+    return (f"; it keeps {a.fidelity.mean:.0%} of the probes against {other}'s "
+            f"{b.fidelity.mean:.0%} (constraints {_pct(a.fidelity.constraints)} vs "
+            f"{_pct(b.fidelity.constraints)})")
 
 
 def _best(results: Mapping[str, PolicyResult], getter: Callable[[PolicyResult], Any],
@@ -101,7 +134,8 @@ def paired_text(p: Paired | None) -> str:
 
 
 def _table(title: str, results: Mapping[str, PolicyResult], plain: bool,
-           caption: str = "", vs: Mapping[str, Paired] | None = None) -> Any:
+           caption: str = "", vs: Mapping[str, Paired] | None = None,
+           costs: Mapping[str, float] | None = None) -> Any:
     from rich.table import Table
 
     table = Table(title=title, caption=caption or None, title_justify="left",
@@ -114,7 +148,7 @@ def _table(title: str, results: Mapping[str, PolicyResult], plain: bool,
     table.add_column("failed")
     bests = {header: (_best(results, get, lower) if lower is not None else None)
              for header, get, _fmt, lower in COLUMNS}
-    front = pareto_front(results)
+    front = pareto_front(results, costs)
     for name, result in results.items():
         cells = [f"{name} ◆" if name in front else name]
         for header, get, fmt, _lower in COLUMNS:
@@ -173,12 +207,12 @@ def print_report(sessions: Sequence[SessionResult], *, profile: str, window: int
         caption=(f"unlimited (keep everything, perfect cache, fidelity 100%): ${unlimited:.4f}."
                  " ◆ = on the cost × fidelity Pareto front; vs ctxfold = cost ÷ ctxfold's on "
                  "the (n) sessions both completed" + ("; * = best of column" if plain else "")),
-        vs=paired(sessions) if len(sessions) > 1 else None,
+        vs=paired(sessions) if len(sessions) > 1 else None, costs=paired_costs(sessions),
     ))
     console.print("cost breakdown (one scale for all policies):")
     for line in breakdown_bars(summed, plain):
         console.print(line, markup=not plain, highlight=False)
-    note = cheapest_note(summed)
+    note = cheapest_note(summed, paired_costs(sessions))
     if note:
         console.print(note, markup=False)
     for name, why in (missing or {}).items():
