@@ -120,3 +120,12 @@ def test_unavailable_policies_are_named_not_silently_dropped(tmp_path: Path, cap
 
     with pytest.raises(PluginError, match="no_such_module_xyz"):
         registry.create("policy", "needs-nothing-real", config=Config())
+
+
+def test_a_terminal_gets_one_line_per_finished_session(monkeypatch, capsys) -> None:
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["replay", "--demo", "--policy", "append-only", "--json", "-"]) == 0
+    err = capsys.readouterr().err
+    assert "[1/1] demo: 154 requests" in err and "failed: append-only" in err

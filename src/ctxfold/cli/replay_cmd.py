@@ -215,7 +215,8 @@ def _run_with_progress(sessions: list[Any], settings: Any, registry: Any, config
         failed = [n for n, r in result.policies.items() if r.failed]
         console.print(f"[{index + 1}/{len(sessions)}] {result.name}: {result.requests} "
                       f"requests, {time.monotonic() - started:.0f} s"
-                      + (f"; failed: {', '.join(failed)}" if failed else ""), markup=False)
+                      + (f"; failed: {', '.join(failed)}" if failed else ""), markup=False,
+                      highlight=False)
 
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("replaying", total=steps)
