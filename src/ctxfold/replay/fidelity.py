@@ -91,31 +91,31 @@ def _arguments(message: Message) -> list[str]:
     return out
 
 
+def _decoded_arguments(message: Message) -> Iterable[dict[str, object]]:
+    """Each tool call's arguments as a JSON object (calls whose arguments are not one are
+    skipped)."""
+    for call in message.tool_calls:
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError:
+            continue
+        if isinstance(args, dict):
+            yield args
+
+
 def _argument_values(message: Message) -> list[str]:
     """The string values of a message's tool-call arguments, decoded (a command probe is
     drawn from the decoded value, so it is looked for there too)."""
-    out = []
-    for call in message.tool_calls:
-        try:
-            args = json.loads(call.arguments or "{}")
-        except ValueError:
-            continue
-        if isinstance(args, dict):
-            out += [v for v in args.values() if isinstance(v, str)]
-    return out
+    return [v for args in _decoded_arguments(message) for v in args.values()
+            if isinstance(v, str)]
 
 
 def _commands(message: Message) -> Iterable[str]:
-    for call in message.tool_calls:
-        try:
-            args = json.loads(call.arguments or "{}")
-        except ValueError:
-            continue
-        if isinstance(args, dict):
-            for key in ("command", "cmd"):
-                value = args.get(key)
-                if isinstance(value, str) and len(value.strip()) >= 5:
-                    yield value.strip().splitlines()[0][:80]
+    for args in _decoded_arguments(message):
+        for key in ("command", "cmd"):
+            value = args.get(key)
+            if isinstance(value, str) and len(value.strip()) >= 5:
+                yield value.strip().splitlines()[0][:80]
 
 
 def _candidates(index: int, message: Message, first_user: int | None) -> Iterable[Probe]:
