@@ -12,9 +12,11 @@ back. (OpenAI-format interop is :mod:`ctxfold.interop`.)
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
@@ -182,6 +184,41 @@ def _check_text(message: Message, where: str) -> None:
                 f"({value[exc.start:exc.end]!r}); lone surrogates cannot be stored or sent — "
                 "decode the source with errors='replace' or join the surrogate pair"
             ) from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A JSON escape of a surrogate code point (the only way one gets into a UTF-8 file).
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def repair_surrogates(text: str) -> str:
+    """``text`` with surrogate halves joined into their code point (a provider's escaped
+    emoji split across two stream chunks arrives as two lone halves) and any half that has no
+    partner replaced by U+FFFD. Text without surrogates is returned as it is."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def repaired_message(message: Message) -> Message:
+    """``message`` with :func:`repair_surrogates` applied to every text (how a stored
+    transcript written before lone surrogates were refused is read: never a crash, and the
+    file is not rewritten)."""
+    fields: dict[str, Any] = {}
+    for name in ("content", "raw_content", "tool_call_id", "name", "reasoning_content",
+                 "extra", "created_at", "id"):
+        value = getattr(message, name)
+        if isinstance(value, str) and _SURROGATE.search(value):
+            fields[name] = repair_surrogates(value)
+    for name in ("parts", "responses_items"):
+        values = getattr(message, name)
+        if any(_SURROGATE.search(v) for v in values):
+            fields[name] = tuple(repair_surrogates(v) for v in values)
+    if any(_SURROGATE.search(c.id + c.name + c.arguments) for c in message.tool_calls):
+        fields["tool_calls"] = tuple(
+            ToolCall(id=repair_surrogates(c.id), name=repair_surrogates(c.name),
+                     arguments=repair_surrogates(c.arguments)) for c in message.tool_calls)
+    return attrs.evolve(message, **fields) if fields else message
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:

@@ -530,3 +530,25 @@ def test_registered_as_store_fs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert (tmp_path / "data" / "sessions" / "x.jsonl").exists()
     override = registry.create(STORE, "fs", config=config, options=StoreOptions(path="o"))
     assert override.root == tmp_path / "o"
+
+
+def test_a_stored_lone_surrogate_is_repaired_on_read_and_the_file_kept(tmp_path: Path) -> None:
+    """A transcript written before lone surrogates were refused opens, prepares, shows and
+    inspects; every read path sees U+FFFD, and the bytes on disk are not rewritten."""
+    import ctxfold
+    from ctxfold.cli.main import main
+
+    cm = ctxfold.open_session("s", store_path=str(tmp_path), summarize=lambda r: "x")
+    cm.append({"role": "user", "content": "hi"})
+    path = tmp_path / "s.jsonl"
+    with path.open("a") as f:
+        f.write('{"role":"assistant","content":"oops \\ud800 and \\ud83d\\ude00"}\n')
+    before = path.read_bytes()
+    again = ctxfold.open_session("s", store_path=str(tmp_path), summarize=lambda r: "x")
+    assert again.canonical[-1].content == "oops \ufffd and \U0001f600"
+    again.prepare()
+    for argv in (["sessions", "show", "s"], ["inspect", "s", "--view"], ["sessions", "list"],
+                 ["tool-result", "s", "nope"]):
+        code = main([*argv, "--root", str(tmp_path)])
+        assert code in (0, 1), argv  # a ctxfold error at worst, never a traceback
+    assert path.read_bytes() == before

@@ -13,6 +13,7 @@ from typing import Any
 from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
 from ctxfold.interop.responses import part_to_chat
 from ctxfold.interop.usage import chat_usage
+from ctxfold.kernel.codec import repaired_message
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
 from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
 
@@ -80,8 +81,9 @@ class ChatCompletionsTranslator:
             for i, c in enumerate(raw.get("tool_calls") or ())
             if isinstance(c, Mapping) and isinstance(c.get("function"), Mapping)
         )
-        message = Message(role="assistant", content=str(raw.get("content") or ""),
-                          tool_calls=calls, reasoning_content=raw.get("reasoning_content") or None)
+        message = repaired_message(Message(
+            role="assistant", content=str(raw.get("content") or ""), tool_calls=calls,
+            reasoning_content=raw.get("reasoning_content") or None))
         return ChatResponse(message=message,
                             finish_reason=str(choice.get("finish_reason") or "stop"),
                             usage=chat_usage(data.get("usage")),
@@ -164,8 +166,11 @@ class ChatStream:
                      arguments="".join(slot["arguments"]))
             for index, slot in sorted(self.calls.items())
         )
-        return Message(role="assistant", content="".join(self.content), tool_calls=calls,
-                       reasoning_content="".join(self.reasoning) or None, partial=partial)
+        # Joined here, not per chunk: an escaped surrogate pair split across two chunks only
+        # becomes one character once both halves are in the same string.
+        return repaired_message(Message(
+            role="assistant", content="".join(self.content), tool_calls=calls,
+            reasoning_content="".join(self.reasoning) or None, partial=partial))
 
     def partial(self) -> Message | None:
         """What arrived so far, marked partial."""

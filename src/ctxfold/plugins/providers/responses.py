@@ -29,6 +29,7 @@ from typing import Any
 
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.interop.usage import responses_usage
+from ctxfold.kernel.codec import repaired_message
 from ctxfold.kernel.contracts import ProviderDefaults
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import ProviderOptions, StrategyContext, StrategySpec
@@ -173,8 +174,11 @@ class ResponsesStream:
     def _message(self, partial: bool) -> Message:
         calls = tuple(ToolCall(id=s["call_id"], name=s["name"], arguments="".join(s["arguments"]))
                       for s in self.calls.values())  # arrival order = output order
-        return Message(role="assistant", content="".join(self.text), tool_calls=calls,
-                       reasoning_content="".join(self.reasoning) or None, partial=partial)
+        # Joined here, not per event: a surrogate pair split across two deltas only becomes
+        # one character once both halves are in the same string.
+        return repaired_message(Message(
+            role="assistant", content="".join(self.text), tool_calls=calls,
+            reasoning_content="".join(self.reasoning) or None, partial=partial))
 
     def partial(self) -> Message | None:
         """What arrived so far, marked partial."""

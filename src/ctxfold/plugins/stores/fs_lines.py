@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ctxfold.kernel.codec import dumps_message, message_from_dict, message_to_dict
+from ctxfold.kernel.codec import (
+    SURROGATE_ESCAPE,
+    dumps_message,
+    message_from_dict,
+    message_to_dict,
+    repaired_message,
+)
 from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import Message
 
@@ -62,7 +68,16 @@ def _structure(values: list[object], linenos: Sequence[int] | None) -> list[Mess
 
 
 def _parse_body(body: bytes) -> list[Message]:
-    """Parse complete lines (``body`` ends with a newline); raises :class:`_BadLine`."""
+    """Parse complete lines (``body`` ends with a newline); raises :class:`_BadLine`. A text
+    holding an escaped lone surrogate (written before they were refused) is repaired in
+    memory (:func:`~ctxfold.kernel.codec.repaired_message`); the file is not changed."""
+    messages = _parse_lines(body)
+    if SURROGATE_ESCAPE.search(body):
+        messages = [repaired_message(m) for m in messages]
+    return messages
+
+
+def _parse_lines(body: bytes) -> list[Message]:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
