@@ -211,6 +211,37 @@ def test_unknown_receipt_labels_drop_only_the_receipt(codec: SidecarV3Codec) -> 
         assert state.projection is not None and state.generation == 3
 
 
+@pytest.mark.parametrize("value", [["applied"], {"a": 1}, 7, None, True])
+def test_labels_of_the_wrong_type_are_unknown_labels(codec: SidecarV3Codec, value: Any) -> None:
+    """A list or object where a label string belongs used to raise TypeError (unhashable)
+    and keep the session from opening."""
+    for field in ("status", "action"):
+        data = fixture("v3.json")
+        data["last_receipt"][field] = value
+        state = codec.decode(data)
+        assert state.last_receipt is None and state.generation == 3
+    data = fixture("v3.json")
+    data["telemetry"][0]["kind"] = value
+    assert [t.kind for t in codec.decode(data).telemetry] == ["resume"]
+
+
+def test_a_session_with_a_list_for_a_label_opens(tmp_path) -> None:
+    import json
+
+    import ctxfold
+
+    cm = ctxfold.open_session("s", store_path=str(tmp_path), summarize=lambda r: "x")
+    cm.append({"role": "user", "content": "hi"})
+    data = fixture("v3.json")
+    data["projection"] = None
+    data["last_receipt"]["status"] = ["applied"]
+    data["telemetry"][0]["kind"] = {"k": 1}
+    (tmp_path / "s.context.json").write_text(json.dumps(data))
+    again = ctxfold.open_session("s", store_path=str(tmp_path), summarize=lambda r: "x")
+    assert again.state.last_receipt is None
+    assert again.prepare().messages[-1].content == "hi"
+
+
 def test_unknown_telemetry_kind_is_dropped(codec: SidecarV3Codec) -> None:
     data = fixture("v3.json")
     data["telemetry"][0]["kind"] = "future-kind"

@@ -50,7 +50,10 @@ def load_sidecar(
         state = codec.decode(data)
     except SidecarVersionError:
         raise
-    except (SidecarError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except (SidecarError, UnicodeDecodeError, ValueError, RecursionError, TypeError, KeyError,
+            AttributeError) as exc:
+        # A sidecar is a cache of the transcript: whatever a decoder trips over in it is an
+        # invalid sidecar, discarded and rebuilt (SPEC §1.11), never a session that won't open.
         reason = f"unreadable or invalid: {exc}"
         store.discard_sidecar(session_id, reason)
         salvaged = _salvage(codec, data) if isinstance(data, dict) else None

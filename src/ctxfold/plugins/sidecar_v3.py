@@ -103,7 +103,8 @@ class SidecarV3Codec:
                 self._structure(record, TelemetryRecord, f"sidecar.telemetry[{i}]")
                 for i, record in enumerate(telemetry)
                 # An unknown kind label is dropped, like an unknown receipt label.
-                if not isinstance(record, Mapping) or record.get("kind") in _TELEMETRY_KINDS
+                if not isinstance(record, Mapping) or (isinstance(record.get("kind"), str)
+                                                       and record["kind"] in _TELEMETRY_KINDS)
             ),
             updated_at=self._get(data, "updated_at", str, ""),
         )
@@ -142,9 +143,10 @@ class SidecarV3Codec:
             raise SidecarError(
                 f"sidecar.last_receipt must be an object, got {type(data).__name__}"
             )
-        if data.get("status") not in set(ReceiptStatus) or data.get("action") not in set(
-            ReceiptAction
-        ):
+        status, action = data.get("status"), data.get("action")
+        # Labels are strings: anything else (a list, an object) is an unknown label, dropped.
+        if not (isinstance(status, str) and status in set(ReceiptStatus)
+                and isinstance(action, str) and action in set(ReceiptAction)):
             return None
         fields = dict(data)
         # Receipts before ctxfold's own v3 had no generation: they were recorded at the
