@@ -66,15 +66,17 @@ def capability_list() -> dict[str, Any]:
     return {"capabilities": [describe() for describe, _ in CAPABILITIES.values()]}
 
 
-def handle_use_capability(messages: Sequence[Message], arguments: Mapping[str, Any]) -> str:
+def handle_use_capability(messages: Sequence[Message], arguments: Any) -> str:
     """Answer one ``use_capability`` call; the returned text is the tool result.
 
-    ``arguments`` are the call's decoded arguments ``{"action", "capability_id",
-    "arguments"}`` (the inner ``arguments`` may also be a JSON string). Errors are returned
-    as text starting with ``"error: "`` so the model can correct its call; nothing raises
-    for bad input.
+    ``arguments`` are the call's arguments ``{"action", "capability_id", "arguments"}``,
+    decoded or as the JSON string the model wrote (the inner ``arguments`` may be a JSON string
+    too). They are model-controlled: errors are returned as text starting with ``"error: "``
+    so the model can correct its call, and nothing raises for bad input — not a non-object,
+    not invalid JSON, not a 5,000-digit number.
     """
     try:
+        arguments = _object(arguments, "the use_capability arguments")
         action = arguments.get("action")
         if action == "list":
             return json.dumps(capability_list(), ensure_ascii=False, separators=(",", ":"))
@@ -89,16 +91,22 @@ def handle_use_capability(messages: Sequence[Message], arguments: Mapping[str, A
                 f"unknown capability_id {capability_id!r}; available: "
                 f"{', '.join(CAPABILITIES)} (use action=\"list\" for details)"
             )
-        inner = arguments.get("arguments") or {}
-        if isinstance(inner, str):
-            try:
-                inner = json.loads(inner)
-            except json.JSONDecodeError as exc:
-                raise ToolResultError(
-                    f"arguments of {capability_id} are not valid JSON ({exc}); pass an object"
-                ) from None
-        if not isinstance(inner, Mapping):
-            raise ToolResultError(f"arguments of {capability_id} must be an object")
+        inner = _object(arguments.get("arguments") or {}, f"arguments of {capability_id}")
         return CAPABILITIES[capability_id][1](messages, inner)
     except ToolResultError as exc:
         return f"error: {exc}"
+    except (ValueError, TypeError, RecursionError) as exc:  # anything else the input tripped
+        return f"error: invalid use_capability arguments ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    """``value`` as a JSON object: decoded when it is a JSON string."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            raise ToolResultError(f"{what} are not valid JSON ({str(exc)[:120]}); pass an "
+                                  "object") from None
+    if not isinstance(value, Mapping):
+        raise ToolResultError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
