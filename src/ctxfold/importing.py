@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Importer
-from ctxfold.kernel.errors import ImporterError
+from ctxfold.kernel.errors import CtxfoldError, ImporterError
 from ctxfold.kernel.kinds import IMPORTER, ImporterOptions
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import ImportedSession, Message, ToolSchema, Usage
@@ -139,7 +139,7 @@ def known_formats(registry: Registry) -> list[str]:
 def _sniff(importer: Importer, path: Path) -> bool:
     try:
         return bool(importer.sniff(path))
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         # An unreadable or odd file is "not this format"; load() reports the real problem.
         return False
 
@@ -194,7 +194,22 @@ def import_session(
             f"{path}: unknown transcript format {fmt!r}; "
             f"known formats: {', '.join(sorted(importers)) or '(none registered)'}"
         )
-    session = importers[fmt].load(path)
+    try:
+        session = importers[fmt].load(path)
+    except ImporterError:
+        raise
+    except CtxfoldError as exc:  # e.g. a MessageError from a malformed tool schema
+        raise ImporterError(f"{path}: {exc}; fix the file or re-export it from the agent"
+                            ) from None
+    except RecursionError:
+        raise ImporterError(f"{path}: nested too deeply to read (a JSON value thousands of "
+                            "levels deep); this is not an agent transcript") from None
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        # An importer (built-in or third-party) that trips over a malformed file: a clear
+        # error naming the file and the format, never a traceback.
+        raise ImporterError(f"{path}: not a valid {fmt} transcript ({type(exc).__name__}: "
+                            f"{str(exc)[:200]}); fix the file or re-export it from the agent"
+                            ) from None
     if not isinstance(session, ImportedSession):
         raise ImporterError(
             f"{path}: importer {fmt!r} returned {type(session).__name__}, not an "

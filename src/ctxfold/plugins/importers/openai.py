@@ -85,9 +85,12 @@ class OpenAIImporter:
                     "top level", "expected a list of messages or an object with a 'messages' list"
                 )
             items = ((f"messages[{i}]", m) for i, m in enumerate(messages))
-            for i, tool in enumerate(doc.get("tools") or ()):
+            tools = doc.get("tools") or []
+            if not isinstance(tools, list):
+                raise builder.error("tools", f"must be a list, got {type(tools).__name__}")
+            for i, tool in enumerate(tools):
                 tool = require_object(path, tool, f"tools[{i}]")
-                builder.tools.append(tool_schema_from_openai(tool))
+                builder.tools.append(tool_schema_from_openai(tool, where=f"tools[{i}]"))
             if isinstance(doc.get("model"), str):
                 builder.model = doc["model"]
         self._add_all(builder, items)
