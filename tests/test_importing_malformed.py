@@ -61,5 +61,5 @@ def test_an_importer_plugin_that_trips_is_an_importer_error(tmp_path: Path) -> N
     registry = ctxfold.Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
     path = tmp_path / "x.json"
     path.write_text("{}")
-    with pytest.raises(ctxfold.ImporterError, match="not a valid sloppy transcript.*KeyError"):
+    with pytest.raises(ctxfold.ImporterError, match=r"not a valid sloppy transcript.*KeyError"):
         ctxfold.import_session(path, registry, "sloppy")

@@ -46,7 +46,7 @@ from ctxfold.kernel.contracts import ConfigMigration
 from ctxfold.kernel.errors import ConfigError, ConfigSyntaxError, PluginError
 from ctxfold.kernel.kinds import KIND_BY_NAME
 from ctxfold.kernel.registry import Registry, provider_fill
-from ctxfold.kernel.secrets import show_value
+from ctxfold.kernel.secrets import holds_a_secret_not_a_name, show_value
 
 PROJECT_FILE_NAME = "ctxfold.toml"
 USER_FILE_NAME = "config.toml"
@@ -268,7 +268,12 @@ def load_config(
             sources[dotted] = layer.origins.get(dotted, layer.source)
     config = strict_converter().structure(merged, Config)
     config = _fill_provider(config, sources, registry)
-    notices = (_migration_notice(found, files),) if found else ()
+    notices: tuple[str, ...] = (_migration_notice(found, files),) if found else ()
+    if holds_a_secret_not_a_name("api_key_env", config.provider.api_key_env):
+        notices += (f"{sources.get('provider.api_key_env', 'config')}: provider.api_key_env "
+                    "holds something that is not an environment variable name (a pasted key?); "
+                    "put the variable's name there (e.g. DEEPSEEK_API_KEY) and the key in that "
+                    "variable, then remove the key from the file",)
     loaded = LoadedConfig(config=config, sources=sources, notices=notices,
                           files=tuple(files.values()))
     if registry is not None:

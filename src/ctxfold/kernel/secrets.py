@@ -56,10 +56,23 @@ def redact_text(text: str, secret: str | None = None) -> str:
     return mask_url_credentials(text)
 
 
+#: What an ``*_env`` setting must hold: the name of an environment variable.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def holds_a_secret_not_a_name(key: str, value: Any) -> bool:
+    """Whether an ``*_env`` setting holds something other than a variable name — most likely
+    the key itself, pasted where its variable's name belongs."""
+    low = key.rsplit(".", 1)[-1].lower()
+    return (low.endswith("_env") and isinstance(value, str) and value != ""
+            and not ENV_NAME.fullmatch(value))
+
+
 def redact_value(key: str, value: Any) -> Any:
-    """A config ``value`` of ``key`` made safe to print: secrets masked, URL credentials
-    removed."""
-    if is_secret_key(key) and value not in ("", None, ()):
+    """A config ``value`` of ``key`` made safe to print: secrets masked (an ``*_env`` setting
+    that holds a key instead of a variable name too), URL credentials removed."""
+    if (is_secret_key(key) and value not in ("", None, ())) or holds_a_secret_not_a_name(
+            key, value):
         return MASK
     if isinstance(value, str):
         return mask_url_credentials(value)

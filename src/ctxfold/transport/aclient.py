@@ -19,7 +19,13 @@ from ctxfold.kernel.types import SseEvent
 from ctxfold.transport import errors
 from ctxfold.transport.client import read_kind
 from ctxfold.transport.retry import calculate_retry_timeout
-from ctxfold.transport.settings import ClientBase, HttpSettings, JsonResult, Watchdog
+from ctxfold.transport.settings import (
+    ClientBase,
+    HttpSettings,
+    JsonResult,
+    Watchdog,
+    guard_http_logs,
+)
 
 
 @attrs.frozen
@@ -61,6 +67,7 @@ class AsyncHttpClient(ClientBase):
         self.settings = settings
         self.sleep = sleep
         self.clock = clock
+        guard_http_logs()
         self._client = httpx.AsyncClient(timeout=self.timeout(), transport=transport)
 
     async def post_json(

@@ -38,6 +38,7 @@ from ctxfold.transport.settings import (
     HttpSettings,
     JsonResult,
     Watchdog,
+    guard_http_logs,
     request_id_of,
 )
 
@@ -80,6 +81,7 @@ class HttpClient(ClientBase):
         self.settings = settings
         self.sleep = sleep
         self.clock = clock
+        guard_http_logs()
         self._client = httpx.Client(timeout=self.timeout(), transport=transport)
 
     def post_json(

@@ -3,6 +3,7 @@ request parts that do not depend on sync or async I/O (URL, key, headers, error 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import attrs
 
 from ctxfold.kernel.errors import AuthenticationError, ProviderError, ProviderTimeoutError
-from ctxfold.kernel.secrets import redact_text
+from ctxfold.kernel.secrets import holds_a_secret_not_a_name, redact_text
 from ctxfold.kernel.types import SseEvent
 from ctxfold.transport import errors
 from ctxfold.transport.errors import OverflowParser
@@ -96,6 +97,29 @@ def request_id_of(headers: Mapping[str, str], names: tuple[str, ...]) -> str:
     return ""
 
 
+class RedactingFilter(logging.Filter):
+    """Masks secrets in the records of the HTTP libraries' loggers: httpx logs every request
+    URL at INFO, and a ``base_url`` with ``user:password@`` would otherwise reach the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = redact_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+_FILTER = RedactingFilter()
+
+
+def guard_http_logs() -> None:
+    """Install :class:`RedactingFilter` on the httpx and httpcore loggers (once)."""
+    for name in ("httpx", "httpcore"):
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
+
+
 class ClientBase:
     """What the sync and async clients share: settings, URL, key, headers, scrubbing."""
 
@@ -110,6 +134,13 @@ class ClientBase:
         """The key, read now (explicit key first, then ``$api_key_env``)."""
         s = self.settings
         key = s.api_key if s.api_key is not None else os.environ.get(s.api_key_env, "")
+        if not key and s.require_key and holds_a_secret_not_a_name("api_key_env", s.api_key_env):
+            raise AuthenticationError(
+                f"{s.provider}: [provider] api_key_env holds something that is not an "
+                "environment variable name (a pasted key?); set it to the variable's name "
+                "(e.g. DEEPSEEK_API_KEY) and export the key in that variable",
+                status=None,
+            )
         if not key and s.require_key:
             raise AuthenticationError(
                 f"{s.provider}: environment variable {s.api_key_env} is not set or empty; "
