@@ -183,3 +183,33 @@ def test_hostile_ids(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert code == 1, command
         assert err.startswith("ctxfold: error: ") and "session" in err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_read_only_commands_never_repair_or_write(tmp_path: Path, capsys) -> None:
+    """sessions list/show and tool-result used to move a torn tail to .corrupt."""
+    import ctxfold
+    from ctxfold.cli.main import main
+
+    cm = ctxfold.open_session("torn", store_path=str(tmp_path), summarize=lambda r: "x")
+    cm.append({"role": "user", "content": "hi"})
+    with (tmp_path / "torn.jsonl").open("a") as f:
+        f.write('{"role":"assistant","cont')  # a crash mid-line
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    for argv in (["sessions", "list"], ["sessions", "list", "--json"],
+                 ["sessions", "show", "torn"], ["tool-result", "torn", "c1"]):
+        main([*argv, "--root", str(tmp_path)])
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert "torn" in capsys.readouterr().out
+
+
+def test_one_damaged_session_does_not_hide_the_others(tmp_path: Path, capsys) -> None:
+    import ctxfold
+    from ctxfold.cli.main import main
+
+    for sid in ("good", "bad"):
+        ctxfold.open_session(sid, store_path=str(tmp_path), summarize=lambda r: "x").append(
+            {"role": "user", "content": sid})
+    (tmp_path / "bad.jsonl").write_text('not json\n{"role":"user","content":"x"}\n')
+    assert main(["sessions", "list", "--root", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "good" in out and "session 'bad'" in err

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ctxfold.kernel.errors import CtxfoldError
+
 if TYPE_CHECKING:
     from ctxfold.kernel.config import Config
     from ctxfold.kernel.contracts import Store
@@ -116,25 +118,31 @@ def confirm(question: str, *, yes: bool, action: str) -> None:
 def run_list(args: argparse.Namespace) -> int:
     handle = open_store(args)
     rows: list[dict[str, Any]] = []
+    damaged = 0
     for session_id in handle.store.list_sessions():
-        rows.append({
-            "id": session_id,
-            "messages": len(handle.store.load(session_id)),
-            "last_activity": iso_time(handle.store.last_activity(session_id)),
-            "projection_version": projection_version(handle.store, session_id),
-        })
+        try:  # read-only: a torn tail is left alone; one damaged session hides no other
+            rows.append({
+                "id": session_id,
+                "messages": len(handle.store.load(session_id, repair=False)),
+                "last_activity": iso_time(handle.store.last_activity(session_id)),
+                "projection_version": projection_version(handle.store, session_id),
+            })
+        except CtxfoldError as exc:
+            damaged += 1
+            print(f"ctxfold: error: session {session_id!r}: {exc}", file=sys.stderr)
+    status = 1 if damaged else 0
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
+        return status
     if not rows:
         print(f"no sessions in {handle.where}")
-        return 0
+        return status
     width = max(len("ID"), *(len(r["id"]) for r in rows))
     print(f"{'ID':<{width}}  {'MESSAGES':>8}  {'LAST ACTIVITY':<20}  VERSION")
     for r in rows:
         print(f"{r['id']:<{width}}  {r['messages']:>8}  {r['last_activity']:<20}  "
               f"{r['projection_version']}")
-    return 0
+    return status
 
 
 def message_json(message: Message, *, raw: bool) -> dict[str, Any]:
@@ -168,7 +176,7 @@ def _render(index: int, message: Message, raw: bool) -> str:
 def run_show(args: argparse.Namespace) -> int:
     handle = open_store(args)
     session_id = require_session(handle, args.session)
-    messages = handle.store.load(session_id)
+    messages = handle.store.load(session_id, repair=False)  # read-only: never writes
     if args.json:
         print(json.dumps([message_json(m, raw=args.raw) for m in messages], indent=2,
                          ensure_ascii=False))

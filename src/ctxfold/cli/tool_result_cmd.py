@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             f"session {args.session!r} not found in {where}; check the id or pass --root DIR"
         )
     page = read_tool_result(
-        store.load(args.session),
+        store.load(args.session, repair=False),  # read-only: never writes
         tool_call_id=args.call_id,
         result_ref=args.result_ref,
         offset=args.offset,

@@ -126,10 +126,11 @@ class FsStore:
         self._cache.put(session_id, stat_key(path.stat()), messages)
         return messages, line_ends(data), data
 
-    def load(self, session_id: str) -> list[Message]:
+    def load(self, session_id: str, *, repair: bool = True) -> list[Message]:
         """The canonical transcript of ``session_id`` (a new list on every call).
 
-        A torn last line is moved to ``<id>.jsonl.corrupt`` with a :class:`StoreWarning`;
+        A torn last line is moved to ``<id>.jsonl.corrupt`` with a :class:`StoreWarning`
+        (with ``repair=False`` it is left in place, not returned, and nothing is written);
         any other unreadable line raises :class:`StoreError` naming the file and line.
         """
         st = self._stat(session_id)
@@ -144,6 +145,8 @@ class FsStore:
             # load sees a different key and parses again.
             self._cache.put(session_id, stat_key(st), messages)
             return list(messages)
+        if not repair:
+            return list(parsed.messages)
         # The unfinished tail may be an append in flight: decide only under the lock.
         with self._locked(session_id):
             return list(self._load_locked(session_id)[0])
