@@ -105,8 +105,9 @@ def test_fork_prefix(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "sessions", "fork", "s1", "s3", "--at", "2", "--root", str(root))
     assert (code, err) == (0, "")
     assert "s1 -> s3 (2 messages)" in out
-    src = (root / "s1.jsonl").read_bytes().splitlines(keepends=True)
-    assert (root / "s3.jsonl").read_bytes() == b"".join(src[:2])
+    _, shown, _ = run(capsys, "sessions", "show", "s3", "--root", str(root), "--json")
+    _, full, _ = run(capsys, "sessions", "show", "s1", "--root", str(root), "--json")
+    assert json.loads(shown) == json.loads(full)[:2]
     code, _, err = run(capsys, "sessions", "fork", "s1", "s2", "--root", str(root))
     assert code == 1 and "'s2' already exists" in err
     code, _, err = run(capsys, "sessions", "fork", "s1", "s4", "--at", "9", "--root", str(root))

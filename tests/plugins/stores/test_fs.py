@@ -130,11 +130,17 @@ def test_round_trip_unicode_raw_content_and_tool_calls(store: FsStore) -> None:
     store.append("s", messages[:2])
     store.append("s", messages[2:])
     assert store.load("s") == messages
-    assert FsStore(store.root).load("s") == messages  # from disk, not from the cache
+    # From disk: the lone surrogate written past check_message (a store-level append) is
+    # escaped in the file and read back repaired (U+FFFD), never as a text that cannot be sent.
+    reread = FsStore(store.root).load("s")
+    assert reread[:4] == messages[:4]
+    assert reread[4].content == "lone \ufffd surrogate" and reread[4].id == "m5"
     lines = (store.root / "s.jsonl").read_bytes().split(b"\n")
     assert len(lines) == 6 and lines[-1] == b""
     first = json.loads(lines[0])
-    assert first == {"role": "system", "content": "你是助手 🤖"}  # defaults omitted
+    # defaults omitted; a line of a multi-message append starts with its place in the batch
+    assert first == {"batch": "1/2", "role": "system", "content": "你是助手 🤖"}
+    assert lines[0].startswith(b'{"batch":"1/2",') and lines[4].startswith(b'{"batch":"3/3",')
     assert "你是助手".encode() in lines[0]  # UTF-8, not \u escapes
 
 
@@ -355,9 +361,9 @@ def test_unchanged_session_is_not_parsed_again(
     store.append("s", _msgs(1, start=5))  # own appends extend the cache
     assert store.load("s") == _msgs(6)
     assert calls == []  # append() after a cached load keeps the cache warm
-    FsStore(store.root).append("s", _msgs(1, start=6))  # another writer
-    assert store.load("s") == _msgs(7)
-    assert len(calls) == 1
+    FsStore(store.root).append("s", _msgs(1, start=6))  # another writer: it parses once to
+    assert store.load("s") == _msgs(7)                 # check the tail, and this store once
+    assert len(calls) == 2
 
 
 def test_large_session_loads_fast(store: FsStore) -> None:
@@ -390,16 +396,23 @@ def _timed(fn: object) -> float:
 
 def test_fork_copies_prefix_bytes_and_no_sidecar(store: FsStore) -> None:
     store.create("src")
-    store.append("src", _msgs(5))
+    store.append("src", _msgs(2))
+    store.append("src", _msgs(3, start=2))
     store.write_sidecar("src", b'{"schema_version": 3}\n')
     store.fork("src", "all")
     store.fork("src", "two", upto=2)
+    store.fork("src", "four", upto=4)
     store.fork("src", "none", upto=0)
     assert store.load("all") == _msgs(5)
     assert store.load("two") == _msgs(2)
+    assert store.load("four") == _msgs(4)
     assert store.load("none") == []
     src = (store.root / "src.jsonl").read_bytes()
-    assert src.startswith((store.root / "two.jsonl").read_bytes())
+    assert src.startswith((store.root / "two.jsonl").read_bytes())  # cut between batches
+    # cut inside a batch: its kept lines become a batch of their own, not a torn tail
+    four = (store.root / "four.jsonl").read_bytes().splitlines()
+    assert four[2].startswith(b'{"batch":"1/2",') and four[3].startswith(b'{"batch":"2/2",')
+    assert FsStore(store.root).load("four") == _msgs(4)
     assert store.read_sidecar("two") is None
     assert store.load("src") == _msgs(5)  # the source is untouched
     with pytest.raises(SessionError, match="already exists"):
@@ -552,3 +565,37 @@ def test_a_stored_lone_surrogate_is_repaired_on_read_and_the_file_kept(tmp_path:
         code = main([*argv, "--root", str(tmp_path)])
         assert code in (0, 1), argv  # a ctxfold error at worst, never a traceback
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("cut_lines", [1, 2])
+def test_a_batch_torn_at_a_line_boundary_lands_not_at_all(store: FsStore, cut_lines: int
+                                                           ) -> None:
+    """A crash that ended the write exactly after a line used to leave an assistant tool call
+    without its result (or half a batch) looking like a complete transcript."""
+    call = Message(role="assistant", tool_calls=(ToolCall(id="c1", name="ls", arguments="{}"),))
+    batch = [call, Message(role="tool", tool_call_id="c1", content="a.py"),
+             Message(role="assistant", content="done")]
+    store.create("s")
+    store.append("s", _msgs(1))
+    store.append("s", batch)
+    path = store.root / "s.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[: 1 + cut_lines]))  # the batch's last lines never landed
+    with pytest.warns(StoreWarning, match="unfinished"):
+        assert FsStore(store.root).load("s") == _msgs(1)
+    assert path.read_bytes() == lines[0]
+    assert (store.root / "s.jsonl.corrupt").read_bytes() == b"".join(lines[1: 1 + cut_lines])
+    fresh = FsStore(store.root)
+    fresh.append("s", batch)  # the next append writes after the whole first message only
+    assert FsStore(store.root).load("s") == [*_msgs(1), *batch]
+
+
+def test_appending_after_an_unfinished_batch_repairs_first(store: FsStore) -> None:
+    store.create("s")
+    store.append("s", _msgs(3))
+    path = store.root / "s.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2]))
+    with pytest.warns(StoreWarning):
+        FsStore(store.root).append("s", _msgs(1, start=7))
+    assert FsStore(store.root).load("s") == _msgs(1, start=7)  # no partial batch in the middle

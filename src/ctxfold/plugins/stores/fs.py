@@ -42,7 +42,7 @@ from ctxfold.plugins.stores.fs_files import (
     session_lock,
     stat_key,
 )
-from ctxfold.plugins.stores.fs_lines import encode_lines, line_ends, parse_transcript
+from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
 
 log = logging.getLogger(__name__)
 
@@ -158,20 +158,16 @@ class FsStore:
             path = self.transcript_path(session_id)
             st = self._stat(session_id)
             cached = self._cache.get(session_id, stat_key(st))
-            if cached is None and st.st_size and not self._ends_with_newline(path):
-                # Never write after a torn tail: the new line would merge into it.
+            if cached is None and st.st_size:
+                # Never write after a torn tail — an unfinished line (the new line would merge
+                # into it) or a batch that lost its last lines (it would become a partial
+                # batch in the middle): parse, and repair, first.
                 cached, _, _ = self._load_locked(session_id)
             if not payload:
                 return
             new_key = stat_key(append_durably(path, payload))
             if cached is not None:
                 self._cache.put(session_id, new_key, (*cached, *messages))
-
-    @staticmethod
-    def _ends_with_newline(path: Path) -> bool:
-        with open(path, "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1) == b"\n"
 
     def exists(self, session_id: str) -> bool:
         """Whether the transcript of ``session_id`` exists."""
@@ -223,7 +219,7 @@ class FsStore:
         with self._locked(source_id):
             messages, ends, data = self._load_locked(source_id)
             count = len(messages) if upto is None else self._check_upto(source_id, upto, ends)
-            prefix = data[: ends[count - 1]] if count else b""
+            prefix = cut_prefix(data, ends, messages, count)
         if target.exists():
             raise SessionError(
                 f"cannot fork {source_id!r}: session {target_id!r} already exists in store "
@@ -258,7 +254,7 @@ class FsStore:
             if count == len(messages):
                 return
             path = self.transcript_path(session_id)
-            atomic_write(path, data[: ends[count - 1]] if count else b"", mode=FILE_MODE)
+            atomic_write(path, cut_prefix(data, ends, messages, count), mode=FILE_MODE)
             self._cache.put(session_id, stat_key(path.stat()), messages[:count])
             if not projection_within(self._read_sidecar_file(session_id), count):
                 # Expected consequence of the user's rewind, not a repair: log, don't warn.

@@ -1,12 +1,17 @@
 """The JSONL transcript codec of the ``fs`` store: one canonical message per line.
 
-Encoding writes compact JSON lines (defaults omitted). Parsing tells a torn last line (a
-crash mid-append: recoverable) from corruption in the middle (fatal, naming the line).
+Encoding writes compact JSON lines (defaults omitted). The lines of a batch of several
+messages (one ``append()``) start with ``"batch":"k/n"``, so a crash that tore the write
+exactly at a line boundary is still seen: a transcript whose last batch is incomplete has a
+torn tail like an unfinished line, and the batch lands whole or not at all. Parsing tells a
+torn tail (a crash mid-append: recoverable) from corruption in the middle (fatal, naming the
+line).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -23,17 +28,36 @@ from ctxfold.kernel.types import Message
 
 
 def encode_lines(messages: Sequence[Message]) -> bytes:
-    """The transcript lines of ``messages``: compact JSON, UTF-8, one per line."""
+    """The transcript lines of ``messages``: compact JSON, UTF-8, one per line; with more
+    than one message each line starts with its place in the batch (``"batch":"k/n"``)."""
     out = []
-    for message in messages:
+    n = len(messages)
+    for k, message in enumerate(messages, start=1):
         try:
-            out.append(dumps_message(message).encode("utf-8"))
+            line = dumps_message(message).encode("utf-8")
         except UnicodeEncodeError:
             # A lone surrogate cannot be UTF-8: escape it (\udXXX) so the line stays valid
             # and json.loads gives the same string back.
-            out.append(json.dumps(message_to_dict(message), separators=(",", ":")).encode())
+            line = json.dumps(message_to_dict(message), separators=(",", ":")).encode()
+        if n > 1:
+            line = b'{"batch":"%d/%d",' % (k, n) + line[1:]
+        out.append(line)
         out.append(b"\n")
     return b"".join(out)
+
+
+BATCH_KEY = "batch"
+
+
+def _batch_place(value: object) -> tuple[int, int] | None:
+    """``(k, n)`` of a line's ``"batch":"k/n"`` marker (``None``: a single-message append)."""
+    if not isinstance(value, dict):
+        return None
+    marker = value.pop(BATCH_KEY, None)
+    if not isinstance(marker, str):
+        return None
+    k, _, n = marker.partition("/")
+    return (int(k), int(n)) if k.isdigit() and n.isdigit() else None
 
 
 class _BadLine(StoreError):
@@ -50,7 +74,9 @@ class ParsedTranscript(NamedTuple):
     torn: bytes
 
 
-def _structure(values: list[object], linenos: Sequence[int] | None) -> list[Message]:
+def _structure(values: list[object], linenos: Sequence[int] | None
+               ) -> tuple[list[Message], list[tuple[int, int] | None]]:
+    places = [_batch_place(value) for value in values]
     messages = []
     for i, value in enumerate(values):
         try:
@@ -64,20 +90,21 @@ def _structure(values: list[object], linenos: Sequence[int] | None) -> list[Mess
             n = linenos[i] if linenos is not None else i + 1
             why = "; ".join(transform_error(exc, path="message"))
             raise _BadLine(n, 0, 0, f"not a transcript message: {why}", fatal=True) from None
-    return messages
+    return messages, places
 
 
-def _parse_body(body: bytes) -> list[Message]:
-    """Parse complete lines (``body`` ends with a newline); raises :class:`_BadLine`. A text
-    holding an escaped lone surrogate (written before they were refused) is repaired in
-    memory (:func:`~ctxfold.kernel.codec.repaired_message`); the file is not changed."""
-    messages = _parse_lines(body)
+def _parse_body(body: bytes) -> tuple[list[Message], list[tuple[int, int] | None]]:
+    """Parse complete lines (``body`` ends with a newline): the messages and each line's
+    batch place; raises :class:`_BadLine`. A text holding an escaped lone surrogate (written
+    before they were refused) is repaired in memory
+    (:func:`~ctxfold.kernel.codec.repaired_message`); the file is not changed."""
+    messages, places = _parse_lines(body)
     if SURROGATE_ESCAPE.search(body):
         messages = [repaired_message(m) for m in messages]
-    return messages
+    return messages, places
 
 
-def _parse_lines(body: bytes) -> list[Message]:
+def _parse_lines(body: bytes) -> tuple[list[Message], list[tuple[int, int] | None]]:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -117,7 +144,7 @@ def parse_transcript(data: bytes, path: Path) -> ParsedTranscript:
     body = data[: data.rfind(b"\n") + 1]
     while True:
         try:
-            return ParsedTranscript(_parse_body(body), len(body), data[len(body) :])
+            messages, places = _parse_body(body)
         except _BadLine as bad:
             if bad.fatal or len(body) < len(data) or bad.stop != len(body):
                 raise StoreError(
@@ -126,6 +153,43 @@ def parse_transcript(data: bytes, path: Path) -> ParsedTranscript:
                     "remove that line by hand (after copying the file)."
                 ) from None
             body = body[: bad.start]  # the last line itself is torn
+            continue
+        unfinished = _unfinished_batch(places)
+        if unfinished:  # the last batch lost its end: torn too, the batch goes whole
+            body = body[: line_ends(body)[-unfinished - 1]] if unfinished < len(places) else b""
+            messages = messages[:-unfinished]
+        return ParsedTranscript(messages, len(body), data[len(body) :])
+
+
+def _unfinished_batch(places: Sequence[tuple[int, int] | None]) -> int:
+    """How many trailing lines belong to a batch whose last lines are missing (0: none)."""
+    if not places or places[-1] is None:
+        return 0
+    k, n = places[-1]
+    return k if k < n else 0
+
+
+_MARKER = re.compile(rb'\{"batch":"(\d+)/(\d+)",')
+
+
+def cut_prefix(data: bytes, ends: Sequence[int], messages: Sequence[Message], count: int
+               ) -> bytes:
+    """The transcript bytes of the first ``count`` messages (for fork and rewind). The lines
+    are kept byte for byte, except when the cut falls inside a batch: the batch's kept lines
+    are re-encoded as a batch of their own, so the prefix does not end in an unfinished
+    batch (which the next load would set aside as torn)."""
+    if count == 0:
+        return b""
+    start = ends[count - 2] if count > 1 else 0
+    while data[start:start + 1] in (b"\n", b"\r", b" ", b"\t"):  # blank lines between
+        start += 1
+    place = _MARKER.match(data, start)
+    k, n = (int(place[1]), int(place[2])) if place else (0, 0)
+    if not place or k == n:
+        return data[: ends[count - 1]]
+    first = count - k  # the batch's first message
+    head = data[: ends[first - 1]] if first else b""
+    return head + encode_lines(messages[first:count])
 
 
 def line_ends(body: bytes) -> list[int]:
