@@ -66,3 +66,20 @@ def test_every_created_directory_is_private(tmp_path: Path) -> None:
         os.umask(old)
     for path in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+
+
+def test_a_write_removes_temp_files_earlier_killed_writes_of_that_file_left(
+        tmp_path: Path) -> None:
+    target = tmp_path / "ctxfold.toml"
+    old = tmp_path / ".ctxfold.toml.abc123.tmp"
+    young = tmp_path / ".ctxfold.toml.def456.tmp"
+    unrelated = tmp_path / ".other.toml.abc123.tmp"
+    for path in (old, young, unrelated):
+        path.write_bytes(b"partial")
+    stamp = os.path.getmtime(old) - 3_600
+    for path in (old, unrelated):
+        os.utime(path, (stamp, stamp))
+    atomic.atomic_write(target, b"x = 1\n")
+    assert target.read_bytes() == b"x = 1\n"
+    assert not old.exists()
+    assert young.exists() and unrelated.exists()  # in flight / another file's

@@ -22,6 +22,7 @@ PUBLIC = {
     "Message", "ToolCall", "ToolSchema", "Usage", "ChatRequest", "ChatResponse",
     "SummaryRequest", "SummaryResult", "Projection", "Receipt", "CacheState", "SidecarState",
     "RequestShape", "TextStats", "SseEvent", "ImportedSession", "PolicyRequest", "SummaryCall",
+    "Appended",
     # writing plugins
     "hookimpl", "Registry", "StrategySpec", "StrategyContext", "NoOptions", "EstimatorOptions",
     "StoreOptions", "ProviderOptions", "SummarizerOptions", "ImporterOptions", "PolicyOptions",

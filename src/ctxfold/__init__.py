@@ -65,6 +65,7 @@ _EXPORTS = {
     "ImportedSession": "ctxfold.kernel.types",
     "PolicyRequest": "ctxfold.kernel.types",
     "SummaryCall": "ctxfold.kernel.types",
+    "Appended": "ctxfold.kernel.types",
     # writing plugins: the hook marker, descriptors, contexts, typed options, protocols
     "hookimpl": "ctxfold.kernel.hookspecs",
     "Registry": "ctxfold.kernel.registry",
@@ -160,6 +161,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxfold.kernel.registry import Registry
     from ctxfold.kernel.state import CacheState, Projection, Receipt, SidecarState
     from ctxfold.kernel.types import (
+        Appended,
         ChatRequest,
         ChatResponse,
         ImportedSession,

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
+import time
 from pathlib import Path
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+#: A temp file of :func:`atomic_write` older than this belongs to a writer that died (a live
+#: write renames its temp file within milliseconds).
+STALE_TEMP_SECONDS = 60.0
 
 
 def ensure_dir(path: Path) -> None:
@@ -41,13 +46,31 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
+def sweep_temps(directory: Path, name: str = "", *,
+                older_than: float = STALE_TEMP_SECONDS) -> int:
+    """Remove the temp files killed writers left in ``directory`` (``.<name>.*.tmp``; every
+    ``.*.tmp`` when ``name`` is empty) older than ``older_than`` seconds; how many."""
+    cutoff = time.time() - older_than
+    removed = 0
+    for temp in Path(directory).glob(f".{glob.escape(name)}*.tmp" if name else ".*.tmp"):
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove
+            if temp.is_file() and temp.lstat().st_mtime < cutoff:
+                temp.unlink()
+                removed += 1
+    return removed
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None,
+                 sweep: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically.
 
     The new file gets ``mode`` if given, else the existing file's permissions, else 0600.
-    On any failure the old file is left intact and the temp file is removed.
+    On any failure the old file is left intact and the temp file is removed. With ``sweep``,
+    stale temp files of earlier, killed writes of ``path`` are removed first.
     """
     path = Path(path)
+    if sweep:
+        sweep_temps(path.parent, f"{path.name}.")
     if mode is None:
         try:
             mode = path.stat().st_mode & 0o7777

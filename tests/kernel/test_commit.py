@@ -29,12 +29,19 @@ class Disk:
         self.state: SidecarState | None = None
         self.saves = 0
         self.fail = False
+        #: Another process's commit that lands just before this one's next write, which
+        #: then loses its compare-and-swap.
+        self.race: SidecarState | None = None
 
-    def save(self, state: SidecarState) -> None:
+    def save(self, state: SidecarState) -> bool:
         if self.fail:
             raise OSError("disk full")
+        if self.race is not None:
+            self.state, self.race = self.race, None
+            return False
         self.saves += 1
         self.state = state
+        return True
 
     def reload(self) -> SidecarState | None:
         return self.state
@@ -93,6 +100,33 @@ def test_an_install_loses_when_another_process_committed_and_adopts_its_state() 
     with pytest.raises(StaleContextError):
         install(c, captured)
     assert c.state == theirs and disk.state == theirs  # never overwritten
+
+
+def test_an_install_whose_write_loses_the_swap_adopts_the_winner_and_raises() -> None:
+    disk = Disk()
+    c = committer(disk)
+    captured = c.capture(len(CANONICAL))
+    theirs = SidecarState(generation=1, prompt_cache_key="other")
+    disk.race = theirs  # the other process writes between this one's check and its write
+    with pytest.raises(StaleContextError, match="another process committed"):
+        install(c, captured)
+    assert disk.state == theirs and c.state == theirs and c.adopted
+    assert disk.saves == 0
+
+
+def test_a_record_that_loses_the_swap_is_reapplied_on_the_winners_state() -> None:
+    disk = Disk()
+    c = committer(disk)
+    theirs = SidecarState(generation=4, prompt_cache_key="other",
+                          telemetry=(TelemetryRecord(kind="install"),))
+    disk.race = theirs
+    receipt = c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "why",
+                                       input_hash="h", input_tokens=3),
+                       TelemetryRecord(kind="blocked"))
+    assert receipt.generation == 5  # numbered after the winner's generation 4
+    assert disk.state is not None and disk.state.generation == 5
+    assert disk.state.prompt_cache_key == "other"
+    assert [t.kind for t in disk.state.telemetry] == ["install", "blocked"]  # both kept
 
 
 def test_a_failed_sidecar_write_rolls_back_and_leaves_no_applied_receipt() -> None:

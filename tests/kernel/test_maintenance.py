@@ -77,7 +77,12 @@ def context(canonical: list[Message], committer: Committer, *, trigger: Trigger 
 
 def new_committer() -> tuple[Committer, list[SidecarState]]:
     saved: list[SidecarState] = []
-    return Committer(SidecarState(), save=saved.append, reload=lambda: None), saved
+
+    def save(state: SidecarState) -> bool:
+        saved.append(state)
+        return True
+
+    return Committer(SidecarState(), save=save, reload=lambda: None), saved
 
 
 def run(ctx: MaintenanceContext, answers: list[SummaryResult | Exception] | None = None

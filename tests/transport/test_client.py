@@ -20,7 +20,7 @@ from ctxfold.kernel.errors import (
     RateLimitError,
     ServerError,
 )
-from ctxfold.kernel.secrets import redact_text as redact
+from ctxfold.secrets import redact_text as redact
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message
 from ctxfold.transport.client import HttpClient, HttpSettings
 from ctxfold.transport.errors import stream_cut

@@ -90,7 +90,7 @@ def effective_rows(loaded: Any) -> list[tuple[str, str, Any, str]]:
     import attrs
 
     from ctxfold.config.load import DEFAULT_SOURCE
-    from ctxfold.kernel.secrets import redact_value as redact
+    from ctxfold.secrets import redact_value as redact
 
     legacy = _legacy_keys()
     rows = []

@@ -46,7 +46,7 @@ from ctxfold.kernel.contracts import ConfigMigration
 from ctxfold.kernel.errors import ConfigError, ConfigSyntaxError, PluginError
 from ctxfold.kernel.kinds import KIND_BY_NAME
 from ctxfold.kernel.registry import Registry, provider_fill
-from ctxfold.kernel.secrets import holds_a_secret_not_a_name, show_value
+from ctxfold.secrets import holds_a_secret_not_a_name, show_value
 
 PROJECT_FILE_NAME = "ctxfold.toml"
 USER_FILE_NAME = "config.toml"

@@ -17,7 +17,7 @@ from ctxfold.config.layers import Layer
 from ctxfold.kernel.codec import strict_primitives
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import ConfigError
-from ctxfold.kernel.secrets import show_value
+from ctxfold.secrets import show_value
 
 #: Keys naming a strategy, and the registry kind that must know the name.
 STRATEGY_KEYS = {

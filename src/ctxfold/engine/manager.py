@@ -27,13 +27,14 @@ from ctxfold.engine.parts import (
     with_model,
 )
 from ctxfold.engine.prepared import (
-    COLD_RESUME_NOTICE,
     PreparedRequest,
     ResumeResult,
     UsageObservation,
-    calibration_refusal,
+    calibrate,
+    resume_label,
 )
 from ctxfold.engine.summarizing import asummarize
+from ctxfold.engine.sync import Watch
 from ctxfold.interop.coerce import to_messages
 from ctxfold.interop.usage import usage_from
 from ctxfold.kernel import fold, maintenance
@@ -42,7 +43,7 @@ from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.operations import Latches, MaintenanceContext, Outcome, PrepareAction
-from ctxfold.kernel.state import CacheState, SidecarState, label_cache
+from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.tool_results import bound_new_message, make_tool_result
 from ctxfold.kernel.types import (
     ChatRequest,
@@ -52,7 +53,6 @@ from ctxfold.kernel.types import (
     ToolSchema,
     Trigger,
     Usage,
-    parse_time,
 )
 from ctxfold.kernel.view import ViewTracker, message_counter, visible_view
 
@@ -67,8 +67,8 @@ class ContextManager:
         self.estimator: Estimator = parts.estimator
         self.pruner: Pruner = parts.pruner
         self.summarizer: Summarizer = parts.summarizer
-        self._canonical = loaded.canonical
         self._committer = loaded.committer
+        self._watch = Watch(parts.store, parts.session_id, loaded.revision)
         self.notices: list[str] = list(loaded.notices)
         self.config: Config = parts.config
         self.tools: tuple[ToolSchema, ...] = parts.tools
@@ -83,10 +83,23 @@ class ContextManager:
         self._count = message_counter(parts.estimator)
         self._lock = threading.RLock()
         self._alock = asyncio.Lock()
-        # A turn is one model request: it ends when the assistant's answer is appended.
-        self._turn = sum(1 for m in self._canonical if m.role == "assistant")
         self._last_shape: RequestShape | None = None
-        self._call_ids = call_ids(self._canonical)
+        self._take(loaded.canonical)
+
+    def _take(self, canonical: list[Message]) -> None:
+        """Work from ``canonical`` (loaded, re-read, or after a rewind)."""
+        self._canonical = canonical
+        self._call_ids = call_ids(canonical)
+        # A turn is one model request: it ends when the assistant's answer is appended.
+        self._turn = sum(1 for m in canonical if m.role == "assistant")
+        self._views.reset()
+
+    def _sync(self) -> None:
+        """Before working from memory: take over what another process committed."""
+        synced = self._watch.resync(self._committer)
+        if synced is not None:
+            self._take(synced[0])
+            self.notices.extend(synced[1])
 
     # -- parts and state ---------------------------------------------------------------------
 
@@ -108,9 +121,7 @@ class ContextManager:
     @property
     def window(self) -> int:
         """Effective context window: min(configured, learned from an overflow error)."""
-        if self.learned_window:
-            return min(self.configured_window, self.learned_window)
-        return self.configured_window
+        return min(self.configured_window, self.learned_window or self.configured_window)
 
     @property
     def trigger_tokens(self) -> int:
@@ -148,6 +159,7 @@ class ContextManager:
         nothing is appended."""
         where = f"session {self.session_id!r}: append"
         with self._lock:
+            self._sync()
             try:
                 converted = to_messages(messages, where=where)
                 calls = check_pairing(converted, self._call_ids, where)
@@ -156,7 +168,7 @@ class ContextManager:
             except MessageError as exc:
                 raise MessageError(f"{exc}; nothing was appended") from None
             batch = [bound_new_message(m) for m in converted]
-            self.store.append(self.session_id, batch)
+            self._watch.appended(self.store.append(self.session_id, batch))
             self._call_ids |= calls
             self._canonical.extend(batch)
             self._committer.transcript_version += 1
@@ -181,37 +193,31 @@ class ContextManager:
         return maintenance.maintain(context, view, tokens)
 
     def _reread(self) -> list[Message]:
-        """The stored transcript (after another process won a compare-and-swap)."""
-        return self.store.load(self.session_id)
+        """After another process won a compare-and-swap: take over the stored transcript
+        and sidecar state, its projection validated against that transcript."""
+        self._watch.stale = True
+        self._sync()
+        return self._canonical
 
     def _apply(self, outcome: Outcome) -> PreparedRequest:
         """Take over what a maintenance run ended with, then raise its error if any."""
         self._latches = outcome.latches
         self.summary_calls += outcome.summary_calls
-        if outcome.canonical is not None:  # its appends must reach this process's requests
-            self._canonical = list(outcome.canonical)
-            self._views.reset()
-            self._committer.transcript_version += 1
-        projection = self.state.projection
-        prepared = PreparedRequest(
-            messages=tuple(outcome.view), tools=self.tools, tokens=outcome.tokens,
-            projection_version=projection.projection_version if projection else 0,
-            trigger_tokens=self.trigger_tokens, summary_calls=outcome.summary_calls,
-            action=outcome.action, pruned=outcome.pruned,
-        )
+        prepared = PreparedRequest.of(outcome, self.tools, self.state.projection,
+                                      self.trigger_tokens)
         self._last_shape = RequestShape(prepared.messages, self.tools)
         if outcome.error is not None:
             raise outcome.error
         hooks = self._committer.hooks
         if hooks is not None and prepared.action is not PrepareAction.NONE:  # below: no event
-            hooks.ctxfold_after_prepare(
-                session_id=self.session_id, messages=prepared.messages, tokens=prepared.tokens
-            )
+            hooks.ctxfold_after_prepare(session_id=self.session_id, messages=prepared.messages,
+                                        tokens=prepared.tokens)
         return prepared
 
     def prepare(self, trigger: Trigger = "pressure", focus: str | None = None) -> PreparedRequest:
         """Return the request to send, maintaining the context first if it must (SPEC §3.2)."""
         with self._lock:
+            self._sync()
             outcome = maintenance.drive(self._maintenance(trigger, focus),
                                         self.summarizer.summarize, self._reread)
             return self._apply(outcome)
@@ -226,6 +232,8 @@ class ContextManager:
         """:meth:`prepare` for an event loop: the same rules and invariants, the summary
         awaited (an async ``summarize`` callable, or a sync summarizer in a worker thread)."""
         async with self._alock:
+            with self._lock:
+                self._sync()
             steps = self._maintenance(trigger, focus)
             outcome = await maintenance.adrive(
                 steps, lambda request: asummarize(self.summarizer, request), self._reread)
@@ -248,12 +256,7 @@ class ContextManager:
             return UsageObservation(False, f"ignored: {why}")
         self.last_usage = observed
         self._committer.observe_cache(observed)
-        if self._last_shape is None:
-            return UsageObservation(False, "recorded; no request was prepared yet, so there "
-                                           "is nothing to calibrate against")
-        if self.estimator.calibrate(self._last_shape, observed):
-            return UsageObservation(True, "recorded and calibrated")
-        return UsageObservation(False, calibration_refusal(observed))
+        return calibrate(self.estimator, self._last_shape, observed)
 
     def set_model(self, model: str) -> None:
         """Switch model: calibration is a property of the tokenizer, so it is reset."""
@@ -266,15 +269,15 @@ class ContextManager:
     def use_capability(self, arguments: Any) -> str:
         """Answer a model's ``use_capability`` tool call from this session's own transcript
         only. Errors come back as text for the model."""
-        return handle_use_capability(self._canonical, arguments)
+        with self._lock:
+            self._sync()
+            return handle_use_capability(self._canonical, arguments)
 
     def prune_stale_tool_results(self) -> int:
         """Compatibility no-op: pruning only happens under pressure. Returns 0."""
         return 0
 
-    def snip_stale_tool_results(self) -> int:
-        """Compatibility no-op: snipping is retired. Returns 0."""
-        return 0
+    snip_stale_tool_results = prune_stale_tool_results  # compatibility no-op: snipping retired
 
     # -- one model turn ----------------------------------------------------------------------
 
@@ -322,22 +325,18 @@ class ContextManager:
     def resume(self, now: float | None = None) -> ResumeResult:
         """Label the cache warm/cold/unknown; never rewrites, installs or calls the network."""
         last = self.store.last_activity(self.session_id) if self._canonical else None
-        if last is None and self._canonical:
-            stamp = parse_time(self._canonical[-1].created_at)
-            last = stamp.timestamp() if stamp else None
-        now = self.clock() if now is None else now
-        label, idle = label_cache(last, now, self.cache_ttl_minutes)
-        notice = COLD_RESUME_NOTICE if label is CacheState.COLD else ""
-        self._committer.record_resume(label)
-        return ResumeResult(cache_state=label, idle_seconds=idle, notice=notice)
+        result = resume_label(last, self._canonical, self.clock() if now is None else now,
+                              self.cache_ttl_minutes)
+        self._committer.record_resume(result.cache_state)
+        return result
 
     def rewind(self, upto: int) -> None:
         """Truncate the transcript to its first ``upto`` messages (explicit user operation)."""
         with self._lock:
+            self._sync()
             self.store.rewind(self.session_id, upto)
-            del self._canonical[upto:]
-            self._call_ids = call_ids(self._canonical)
-            self._views.reset()
+            self._watch.revision = self.store.revision(self.session_id)
+            self._take(self._canonical[:upto])
             self._committer.after_rewind(self._canonical)
 
     def fork(self, target_id: str, upto: int | None = None) -> ContextManager:

@@ -39,7 +39,7 @@ from ctxfold.kernel.kinds import (
 )
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.session_id import validate_session_id
-from ctxfold.kernel.sidecar import load_sidecar, save_sidecar
+from ctxfold.kernel.sidecar import load_sidecar, sidecar_bytes
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 
@@ -183,12 +183,14 @@ def build_parts(
 
 @attrs.frozen
 class LoadedSession:
-    """A session's transcript, its sidecar state (owned by the committer) and the notices
-    loading produced (a sidecar set aside, a projection dropped)."""
+    """A session's transcript, its sidecar state (owned by the committer), the notices
+    loading produced (a sidecar set aside, a projection dropped) and the transcript's store
+    revision, taken before it was read."""
 
     canonical: list[Message]
     committer: Committer
     notices: tuple[str, ...]
+    revision: str
 
 
 def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
@@ -198,29 +200,50 @@ def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
         if not create:
             raise SessionError(f"session {session_id!r} does not exist in the store")
         store.create(session_id)
+    revision = store.revision(session_id)
     canonical = store.load(session_id)
     state, notices = load_sidecar(store, codec, session_id, canonical)
     if not state.prompt_cache_key:
         key = prompt_cache_key(parts.config, session_id, parts.workspace)
         state = attrs.evolve(state, prompt_cache_key=key)
 
+    # The sidecar bytes this process last read or wrote: every write is a compare-and-swap
+    # against them, so another process's commit is never overwritten.
+    seen: list[bytes | None] = [_read_quietly(store, session_id)]
+
     def reload() -> SidecarState | None:
-        try:
-            raw = store.read_sidecar(session_id)
-            if raw is None:
-                return None
-            return codec.decode(json.loads(raw))
-        except (CtxfoldError, OSError, ValueError, TypeError, KeyError):
+        raw = _read_quietly(store, session_id)
+        seen[0] = raw
+        if raw is None:
             return None
+        try:
+            return codec.decode(json.loads(raw))
+        except (CtxfoldError, ValueError, TypeError, KeyError, RecursionError):
+            return None
+
+    def save(new: SidecarState) -> bool:
+        data = sidecar_bytes(codec, new)
+        if not store.replace_sidecar(session_id, data, seen[0]):
+            return False
+        seen[0] = data
+        return True
 
     committer = Committer(
         state,
-        save=lambda st: save_sidecar(store, codec, session_id, st),
+        save=save,
         reload=reload,
         hooks=parts.registry.pm.hook,
         session_id=session_id,
     )
-    return LoadedSession(canonical=list(canonical), committer=committer, notices=tuple(notices))
+    return LoadedSession(canonical=list(canonical), committer=committer, notices=tuple(notices),
+                         revision=revision)
+
+
+def _read_quietly(store: Store, session_id: str) -> bytes | None:
+    try:
+        return store.read_sidecar(session_id)
+    except (CtxfoldError, OSError):
+        return None
 
 
 __all__ = ["LoadedSession", "SessionParts", "build_parts", "load_session"]

@@ -10,9 +10,10 @@ import attrs
 
 from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
 from ctxfold.interop.responses import input_items, tool_item
-from ctxfold.kernel.operations import PrepareAction
-from ctxfold.kernel.state import CacheState
-from ctxfold.kernel.types import Message, ToolSchema, Usage
+from ctxfold.kernel.contracts import Estimator
+from ctxfold.kernel.operations import Outcome, PrepareAction
+from ctxfold.kernel.state import CacheState, Projection, label_cache
+from ctxfold.kernel.types import Message, RequestShape, ToolSchema, Usage, parse_time
 
 
 @attrs.frozen
@@ -33,6 +34,17 @@ class PreparedRequest:
     action: PrepareAction = PrepareAction.NONE
     #: Whether this prepare() installed a prune (possibly followed by a summary).
     pruned: bool = False
+
+    @classmethod
+    def of(cls, outcome: Outcome, tools: tuple[ToolSchema, ...], projection: Projection | None,
+           trigger_tokens: int) -> PreparedRequest:
+        """The request a maintenance run's ``outcome`` leaves to send."""
+        return cls(
+            messages=tuple(outcome.view), tools=tools, tokens=outcome.tokens,
+            projection_version=projection.projection_version if projection else 0,
+            trigger_tokens=trigger_tokens, summary_calls=outcome.summary_calls,
+            action=outcome.action, pruned=outcome.pruned,
+        )
 
     def to_openai(self) -> dict[str, Any]:
         """:func:`to_openai` of this request."""
@@ -90,6 +102,17 @@ class UsageObservation:
         return self.calibrated
 
 
+def calibrate(estimator: Estimator, shape: RequestShape | None, usage: Usage
+              ) -> UsageObservation:
+    """Calibrate ``estimator`` from the ``usage`` of the request of ``shape``."""
+    if shape is None:
+        return UsageObservation(False, "recorded; no request was prepared yet, so there is "
+                                       "nothing to calibrate against")
+    if estimator.calibrate(shape, usage):
+        return UsageObservation(True, "recorded and calibrated")
+    return UsageObservation(False, calibration_refusal(usage))
+
+
 def calibration_refusal(usage: Usage) -> str:
     """Why an estimator declined to calibrate from ``usage`` (SPEC §3.1)."""
     if usage.estimated or usage.aggregated:
@@ -107,3 +130,14 @@ class ResumeResult:
     cache_state: CacheState
     idle_seconds: float | None
     notice: str = ""
+
+
+def resume_label(last: float | None, canonical: Sequence[Message], now: float,
+                 ttl_minutes: int) -> ResumeResult:
+    """Label a resume from the store's last activity (else the last message's time)."""
+    if last is None and canonical:
+        stamp = parse_time(canonical[-1].created_at)
+        last = stamp.timestamp() if stamp else None
+    label, idle = label_cache(last, now, ttl_minutes)
+    notice = COLD_RESUME_NOTICE if label is CacheState.COLD else ""
+    return ResumeResult(cache_state=label, idle_seconds=idle, notice=notice)

@@ -17,8 +17,8 @@ from typing import Any
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import AsyncSummarizer, Summarizer
 from ctxfold.kernel.errors import ConfigError, CtxfoldError, SummarizerError
-from ctxfold.kernel.secrets import redact_text
 from ctxfold.kernel.types import SummaryRequest, SummaryResult
+from ctxfold.secrets import redact_text
 
 SummarizeFn = Callable[[SummaryRequest], "str | SummaryResult | Awaitable[str | SummaryResult]"]
 

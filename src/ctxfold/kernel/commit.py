@@ -2,8 +2,11 @@
 
 Every install compares what it captured when the operation started (transcript version,
 canonical length, projection version, generation — in memory and on disk) and loses cleanly
-if anything moved. State is persisted first; if the sidecar write fails the previous
-in-memory state is restored and no applied receipt exists anywhere.
+if anything moved. The write itself is a compare-and-swap on the stored sidecar (``save``
+returns ``False`` when another process wrote since this one last read it), so a check and
+its write cannot be split by another writer. State is persisted first; if the sidecar write
+fails the previous in-memory state is restored and no applied receipt exists anywhere. A
+receipt or telemetry record that loses the swap is re-applied on the state that won.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class Committer:
         self,
         state: SidecarState,
         *,
-        save: Callable[[SidecarState], None],
+        save: Callable[[SidecarState], bool],
         reload: Callable[[], SidecarState | None],
         hooks: Any = None,
         session_id: str = "",
@@ -54,7 +57,11 @@ class Committer:
         self.state = state
         self.transcript_version = state.transcript_version
         self._save = save
-        self._reload = reload
+        #: Re-reads the stored state (``None``: none, or unreadable).
+        self.reload = reload
+        #: Set when this committer adopted another process's state: the engine re-reads the
+        #: transcript before its next prepare (the adopted projection may cover more of it).
+        self.adopted = False
         self.hooks = hooks
         self.session_id = session_id
         self.cache_hit_tokens = 0
@@ -75,25 +82,44 @@ class Committer:
         now = self.capture(canonical_len)
         if now != captured:
             raise StaleContextError("context changed in this process during the operation")
-        disk = self._reload()
+        disk = self.reload()
         if disk is not None and disk.generation != captured.generation:
             # Another process committed: adopt its newer state so we never overwrite it.
-            self.state = disk
+            self.adopt(disk)
             raise StaleContextError("context changed on disk during the operation")
 
     # -- writes ------------------------------------------------------------------------------
 
-    def _persist(self, new_state: SidecarState) -> None:
-        previous = self.state
-        new_state = attrs.evolve(
-            new_state, transcript_version=self.transcript_version, updated_at=utc_now()
-        )
-        self.state = new_state
-        try:
-            self._save(new_state)
-        except BaseException:
+    def _persist(self, new_state: SidecarState,
+                 rebuild: Callable[[SidecarState], SidecarState] | None = None) -> None:
+        """Write ``new_state`` by compare-and-swap. Lost: adopt the stored state, then raise
+        :class:`StaleContextError` (an install) or apply ``rebuild`` to it and try again (a
+        record)."""
+        for _attempt in range(8):
+            previous = self.state
+            new_state = attrs.evolve(
+                new_state, transcript_version=self.transcript_version, updated_at=utc_now()
+            )
+            self.state = new_state
+            try:
+                won = self._save(new_state)
+            except BaseException:
+                self.state = previous
+                raise
+            if won:
+                return
             self.state = previous
-            raise
+            self.adopt(self.reload())
+            if rebuild is None:
+                raise StaleContextError("another process committed the sidecar first")
+            new_state = rebuild(self.state)
+        raise StaleContextError("the sidecar kept changing under this process; try again")
+
+    def adopt(self, disk: SidecarState | None) -> None:
+        """Take over the stored state (another process's commit)."""
+        if disk is not None:
+            self.state = disk
+            self.adopted = True
 
     def install(
         self,
@@ -144,7 +170,7 @@ class Committer:
                 projection=projection,
                 generation=captured.generation + 1,
                 last_receipt=receipt,
-                telemetry=self._with_telemetry(telemetry),
+                telemetry=self._with_telemetry(telemetry, self.state),
             )
         )
         if self.hooks is not None:
@@ -165,32 +191,37 @@ class Committer:
             and last.generation == self.state.generation
         ):
             return last
-        projection = self.state.projection
-        generation = self.state.generation + 1
-        receipt = attrs.evolve(
-            receipt,
-            operation_id=f"{receipt.status.value}-{generation}-{receipt.input_hash[:12]}",
-            projection_version=projection.projection_version if projection else 0,
-            covered_count=projection.covered_count if projection else 0,
-            generation=generation,
-            created_at=utc_now(),
-        )
-        telemetries = self._with_telemetry(telemetry) if telemetry else self.state.telemetry
-        self._persist(
-            attrs.evolve(
-                self.state, generation=generation, last_receipt=receipt, telemetry=telemetries
+        made: list[Receipt] = []
+
+        def on(base: SidecarState) -> SidecarState:
+            projection = base.projection
+            generation = base.generation + 1
+            stamped = attrs.evolve(
+                receipt,
+                operation_id=f"{receipt.status.value}-{generation}-{receipt.input_hash[:12]}",
+                projection_version=projection.projection_version if projection else 0,
+                covered_count=projection.covered_count if projection else 0,
+                generation=generation,
+                created_at=utc_now(),
             )
-        )
-        return receipt
+            made.append(stamped)
+            telemetries = (self._with_telemetry(telemetry, base) if telemetry
+                           else base.telemetry)
+            return attrs.evolve(base, generation=generation, last_receipt=stamped,
+                                telemetry=telemetries)
+
+        self._persist(on(self.state), on)
+        return made[-1]
 
     def record_resume(self, label: CacheState) -> None:
         """Record the resume label in the sidecar telemetry (nothing else changes)."""
         record = TelemetryRecord(kind="resume", cache_state=label, created_at=utc_now())
-        self._persist(
-            attrs.evolve(
-                self.state, last_cache_state=label, telemetry=self._with_telemetry(record)
-            )
-        )
+
+        def on(base: SidecarState) -> SidecarState:
+            return attrs.evolve(base, last_cache_state=label,
+                                telemetry=self._with_telemetry(record, base))
+
+        self._persist(on(self.state), on)
 
     def observe_cache(self, usage: Usage) -> None:
         """Accumulate observed cache hits/misses (in memory; written with the next record)."""
@@ -215,10 +246,17 @@ class Committer:
         self.transcript_version += 1
         projection = self.state.projection
         if projection is not None and projection.covered_count > len(canonical):
-            self._persist(attrs.evolve(self.state, projection=None))
+            def on(base: SidecarState) -> SidecarState:
+                kept = base.projection
+                too_long = kept is not None and kept.covered_count > len(canonical)
+                return attrs.evolve(base, projection=None) if too_long else base
 
-    def _with_telemetry(self, record: TelemetryRecord) -> tuple[TelemetryRecord, ...]:
-        return (*self.state.telemetry, record)[-MAX_TELEMETRY:]
+            self._persist(on(self.state), on)
+
+    @staticmethod
+    def _with_telemetry(record: TelemetryRecord, base: SidecarState
+                        ) -> tuple[TelemetryRecord, ...]:
+        return (*base.telemetry, record)[-MAX_TELEMETRY:]
 
 
 def blocked_receipt(

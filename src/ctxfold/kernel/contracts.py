@@ -17,6 +17,7 @@ import attrs
 
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
+    Appended,
     ChatRequest,
     ChatResponse,
     ImportedSession,
@@ -117,8 +118,9 @@ class AsyncSummarizer(Summarizer, Protocol):
 class Store(Protocol):
     """Durable storage of canonical transcripts and sidecars.
 
-    ``append`` lands a batch whole or not at all; ``write_sidecar`` is atomic; session ids
-    are validated before any storage location is derived from them.
+    ``append`` lands a batch whole or not at all; ``write_sidecar`` is atomic and
+    ``replace_sidecar`` a compare-and-swap; ``revision`` tells a process that another one
+    wrote; session ids are validated before any storage location is derived from them.
     """
 
     def exists(self, session_id: str) -> bool: ...
@@ -130,11 +132,24 @@ class Store(Protocol):
         file: a torn tail is left in place and not returned."""
         ...
 
-    def append(self, session_id: str, messages: Sequence[Message]) -> None: ...
+    def append(self, session_id: str, messages: Sequence[Message]) -> Appended:
+        """Append one batch, whole or not at all; the revisions before and after it."""
+        ...
+
+    def revision(self, session_id: str) -> str:
+        """A token that changes whenever the transcript changes (an append, a rewind); cheap,
+        so a process can check before every prepare whether another one wrote."""
+        ...
 
     def read_sidecar(self, session_id: str) -> bytes | None: ...
 
     def write_sidecar(self, session_id: str, data: bytes) -> None: ...
+
+    def replace_sidecar(self, session_id: str, data: bytes, expected: bytes | None) -> bool:
+        """Compare-and-swap: write ``data`` only if the stored sidecar is exactly
+        ``expected`` (``None``: no sidecar), the check and the write atomic with respect to
+        every other writer; ``False`` (nothing written) when it was not."""
+        ...
 
     def discard_sidecar(self, session_id: str, reason: str) -> None: ...
 

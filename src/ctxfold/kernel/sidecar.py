@@ -186,10 +186,15 @@ def dumps_state(codec: SidecarCodec, state: SidecarState) -> bytes:
         return (json.dumps(document, indent=2) + "\n").encode("ascii")
 
 
+def sidecar_bytes(codec: SidecarCodec, state: SidecarState) -> bytes:
+    """``state`` as the bytes of a schema-3 sidecar with a fresh ``updated_at``."""
+    state = attrs.evolve(state, schema_version=SIDECAR_SCHEMA_VERSION, updated_at=utc_now())
+    return dumps_state(codec, state)
+
+
 def save_sidecar(store: Store, codec: SidecarCodec, session_id: str, state: SidecarState) -> None:
     """Write ``state`` as schema 3 with a fresh ``updated_at``, atomically (via the store)."""
-    state = attrs.evolve(state, schema_version=SIDECAR_SCHEMA_VERSION, updated_at=utc_now())
-    store.write_sidecar(session_id, dumps_state(codec, state))
+    store.write_sidecar(session_id, sidecar_bytes(codec, state))
 
 
 __all__ = [
@@ -197,5 +202,6 @@ __all__ = [
     "fresh_state",
     "load_sidecar",
     "save_sidecar",
+    "sidecar_bytes",
     "validate_projection",
 ]

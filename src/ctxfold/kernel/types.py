@@ -142,6 +142,16 @@ class ToolSchema:
 
 
 @attrs.frozen
+class Appended:
+    """What a store's ``append`` reports: the transcript's revision just before the batch was
+    written and just after, both taken while the writer holds the session. A ``before`` that
+    differs from the revision the writer last saw means another writer came in between."""
+
+    before: str
+    after: str
+
+
+@attrs.frozen
 class RequestShape:
     """What an estimator counts: the provider-visible messages plus the tool schemas."""
 

@@ -4,7 +4,7 @@ One place for all of them: an httpx exception while connecting or while reading 
 HTTP error status with its body, an error object inside a 200 response or a stream, a body
 that is not the provider's protocol. Every error carries the HTTP status, the provider's
 request id and the start of the body, and every text is passed through
-:func:`ctxfold.kernel.secrets.redact_text` (the key in use, key-like tokens, URL credentials).
+:func:`ctxfold.secrets.redact_text` (the key in use, key-like tokens, URL credentials).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ctxfold.kernel.errors import (
     RateLimitError,
     ServerError,
 )
-from ctxfold.kernel.secrets import redact_text
+from ctxfold.secrets import redact_text
 from ctxfold.transport.overflow import parse_context_limit
 from ctxfold.transport.retry import RETRYABLE_STATUSES
 

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 
 from ctxfold.kernel.errors import AuthenticationError, ProviderError, ProviderTimeoutError
-from ctxfold.kernel.secrets import holds_a_secret_not_a_name, redact_text
+from ctxfold.secrets import holds_a_secret_not_a_name, redact_text
 from ctxfold.kernel.types import SseEvent
 from ctxfold.transport import errors
 from ctxfold.transport.errors import OverflowParser

@@ -599,3 +599,29 @@ def test_appending_after_an_unfinished_batch_repairs_first(store: FsStore) -> No
     with pytest.warns(StoreWarning):
         FsStore(store.root).append("s", _msgs(1, start=7))
     assert FsStore(store.root).load("s") == _msgs(1, start=7)  # no partial batch in the middle
+
+
+def _leftover(path: Path, age: float) -> Path:
+    path.write_bytes(b"half a write")
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_temp_files_of_killed_writes_are_removed_by_the_next_write(store: FsStore) -> None:
+    store.create("s")
+    store.append("s", _msgs(2))
+    root = store.root
+    dead = [_leftover(root / ".s.context.json.k2j3h4.tmp", 3_600),
+            _leftover(root / ".s.jsonl.9xq7w.tmp", 3_600),
+            _leftover(root / ".s.jsonl.new123x456.tmp", 3_600)]
+    live = _leftover(root / ".s.context.json.fresh1.tmp", 0)  # a write in flight
+    other = _leftover(root / ".t.context.json.old.tmp", 3_600)  # another session's
+
+    fresh = FsStore(root)  # a new process
+    fresh.load("s")
+    fresh.read_sidecar("s")
+    assert all(p.exists() for p in dead)  # reading removes nothing
+    fresh.write_sidecar("s", b"{}")
+    assert not any(p.exists() for p in dead)
+    assert live.exists() and other.exists()

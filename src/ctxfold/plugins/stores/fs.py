@@ -7,7 +7,9 @@ Files of session ``<id>`` under the store root (see ``docs/formats.md``):
 * ``<id>.lock`` — the inter-process lock taken by every mutating operation;
 * ``<id>.jsonl.corrupt`` — torn tails recovered from crashed appends (appended, never
   overwritten);
-* ``<id>.context.json.invalid-<UTC timestamp>`` — discarded sidecars, kept for audit.
+* ``<id>.context.json.invalid-<UTC timestamp>`` — discarded sidecars, kept for audit;
+* ``.<id>.*.tmp`` — temp files of writes in flight; those a killed writer left are removed,
+  once older than a minute, by the first write to the session in a process.
 
 Files are created 0600 and the root 0700. Readers take no lock: an append is one
 ``write`` call under the lock, so a lock-free reader sees complete lines or an unfinished
@@ -20,22 +22,20 @@ from __future__ import annotations
 import logging
 import os
 import re
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir
-from ctxfold.kernel.errors import SessionError, SidecarError, StoreError
+from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir, sweep_temps
+from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.session_id import validate_session_id
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.types import Appended, Message
 from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
     append_durably,
     create_empty,
-    move_aside,
     projection_within,
     publish_new,
     recover_torn,
@@ -43,6 +43,7 @@ from ctxfold.plugins.stores.fs_files import (
     stat_key,
 )
 from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
+from ctxfold.plugins.stores.fs_sidecar import SidecarFiles, StoreWarning, store_warning
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +51,7 @@ log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 60.0
 
 
-class StoreWarning(UserWarning):
-    """A store repaired something on disk (torn transcript tail, discarded sidecar)."""
-
-
-def _warn(message: str) -> None:
-    # A warning, not also a log line: the CLI shows Python warnings on stderr already.
-    warnings.warn(message, StoreWarning, stacklevel=3)
-
-
-class FsStore:
+class FsStore(SidecarFiles):
     """Durable transcripts and sidecars in one directory (implements ``Store``).
 
     Parsed transcripts are cached per session, keyed by the file's (inode, size, mtime_ns),
@@ -69,6 +61,7 @@ class FsStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._cache = TranscriptCache()
+        self._swept: set[str] = set()
 
     def __repr__(self) -> str:
         return f"FsStore({str(self.root)!r})"
@@ -89,6 +82,9 @@ class FsStore:
         self._stat(session_id)
         with session_lock(self.root / f"{session_id}.lock", f"session {session_id!r}",
                           LOCK_TIMEOUT):
+            if session_id not in self._swept:  # the first write: temp files of killed ones
+                sweep_temps(self.root, f"{session_id}.")
+                self._swept.add(session_id)
             yield
 
     def _unknown(self, session_id: str) -> SessionError:
@@ -120,7 +116,7 @@ class FsStore:
         data = self._read(path)
         parsed = parse_transcript(data, path)
         if parsed.torn:
-            _warn(recover_torn(path, parsed.good_end, parsed.torn))
+            store_warning(recover_torn(path, parsed.good_end, parsed.torn))
             data = data[: parsed.good_end]
         messages = tuple(parsed.messages)
         self._cache.put(session_id, stat_key(path.stat()), messages)
@@ -151,8 +147,14 @@ class FsStore:
         with self._locked(session_id):
             return list(self._load_locked(session_id)[0])
 
-    def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        """Append ``messages`` durably: one ``write`` and one ``fsync`` for the batch."""
+    def revision(self, session_id: str) -> str:
+        """The transcript's (inode, size): an append grows it, a rewind replaces the file."""
+        st = self._stat(session_id)
+        return f"{st.st_ino}:{st.st_size}"
+
+    def append(self, session_id: str, messages: Sequence[Message]) -> Appended:
+        """Append ``messages`` durably: one ``write`` and one ``fsync`` for the batch; the
+        revisions just before and after the write, taken under the lock."""
         payload = encode_lines(messages)
         with self._locked(session_id):
             path = self.transcript_path(session_id)
@@ -163,11 +165,14 @@ class FsStore:
                 # into it) or a batch that lost its last lines (it would become a partial
                 # batch in the middle): parse, and repair, first.
                 cached, _, _ = self._load_locked(session_id)
+                st = path.stat()
+            before = f"{st.st_ino}:{st.st_size}"
             if not payload:
-                return
-            new_key = stat_key(append_durably(path, payload))
+                return Appended(before, before)
+            after = append_durably(path, payload)
             if cached is not None:
-                self._cache.put(session_id, new_key, (*cached, *messages))
+                self._cache.put(session_id, stat_key(after), (*cached, *messages))
+            return Appended(before, f"{after.st_ino}:{after.st_size}")
 
     def exists(self, session_id: str) -> bool:
         """Whether the transcript of ``session_id`` exists."""
@@ -254,7 +259,8 @@ class FsStore:
             if count == len(messages):
                 return
             path = self.transcript_path(session_id)
-            atomic_write(path, cut_prefix(data, ends, messages, count), mode=FILE_MODE)
+            atomic_write(path, cut_prefix(data, ends, messages, count), mode=FILE_MODE,
+                         sweep=False)
             self._cache.put(session_id, stat_key(path.stat()), messages[:count])
             if not projection_within(self._read_sidecar_file(session_id), count):
                 # Expected consequence of the user's rewind, not a repair: log, don't warn.
@@ -280,50 +286,6 @@ class FsStore:
             (self.root / f"{session_id}.lock").unlink(missing_ok=True)
         fsync_dir(self.root)
 
-    # -- sidecar -------------------------------------------------------------------------------
-
-    def _read_sidecar_file(self, session_id: str) -> bytes | None:
-        path = self.sidecar_path(session_id)
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise SidecarError(
-                f"cannot read sidecar {path} of session {session_id!r}: {exc}; it will be "
-                "discarded and rebuilt from the transcript"
-            ) from exc
-
-    def read_sidecar(self, session_id: str) -> bytes | None:
-        """The sidecar bytes, ``None`` if there is none; unreadable → :class:`SidecarError`."""
-        self._stat(session_id)
-        return self._read_sidecar_file(session_id)
-
-    def write_sidecar(self, session_id: str, data: bytes) -> None:
-        """Replace the sidecar atomically (temp file, fsync, rename, directory fsync)."""
-        with self._locked(session_id):
-            self._stat(session_id)  # never leave a sidecar behind a deleted session
-            atomic_write(self.sidecar_path(session_id), data, mode=FILE_MODE)
-
-    def discard_sidecar(self, session_id: str, reason: str) -> None:
-        """Move the sidecar aside to ``<id>.context.json.invalid-<UTC timestamp>``."""
-        with self._locked(session_id):
-            self._discard_locked(session_id, reason)
-
-    def _discard_locked(self, session_id: str, reason: str, *, warn: bool = True) -> None:
-        path = self.sidecar_path(session_id)
-        target = move_aside(path)
-        if target is None:
-            return
-        message = (
-            f"sidecar {path} of session {session_id!r} discarded ({reason}); kept as "
-            f"{target.name} for inspection. The context view is rebuilt from the transcript."
-        )
-        if warn:
-            _warn(message)
-        else:
-            log.info("%s", message)
-
 
 def _create(context: StrategyContext[StoreOptions]) -> FsStore:
     # ``options["path"]`` overrides [store] path (e.g. a CLI flag). Resolved once, relative
@@ -343,3 +305,5 @@ def ctxfold_stores() -> list[StrategySpec]:
             description="JSONL transcripts + JSON sidecars in [store] path (SPEC §4.1)",
         )
     ]
+
+__all__ = ["FsStore", "StoreWarning", "ctxfold_stores"]

@@ -7,7 +7,7 @@ its ``before_model_request`` decides and edits: ``DeduplicateFileReads``, ``Clea
 message kept, the incremental ``<previous-summary>``), with ``target_fraction=0.8`` — the
 README's recommended stack; the edits persist into the run history, as in the library.
 The model is a real ``OpenAIChatModel`` whose ``AsyncOpenAI`` client has an
-``httpx.MockTransport``: the body pydantic-ai would POST to ``/chat/completions`` is captured,
+``httpx2.MockTransport``: the body pydantic-ai would POST to ``/chat/completions`` is captured,
 and its ``messages`` are the request. No network.
 
 **Adapter code**: chat dict → ``ModelRequest``/``ModelResponse`` parts (system →
@@ -27,7 +27,7 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
+import httpx2  # the HTTP library of openai 3.x: its client takes only httpx2 clients
 from openai import AsyncOpenAI
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -56,15 +56,15 @@ READ_TOOLS = ("read", "read_file", "view", "cat")
 
 
 def _captured_model(answer: Any) -> OpenAIChatModel:
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         text = answer(json.loads(request.content)["messages"])
-        return httpx.Response(200, json={
+        return httpx2.Response(200, json={
             "id": "replay", "object": "chat.completion", "created": 0, "model": "replay",
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": text}}]})
 
     client = AsyncOpenAI(api_key="offline", base_url="http://127.0.0.1:9/v1",
-                         http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+                         http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
     return OpenAIChatModel("replay", provider=OpenAIProvider(openai_client=client))
 
 

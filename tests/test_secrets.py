@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxfold.kernel.secrets import is_secret_key, mask_url_credentials
+from ctxfold.secrets import is_secret_key, mask_url_credentials
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,69 @@
+"""Working from the stored state when other processes share a session (SPEC §4.2).
+
+A :class:`~ctxfold.engine.manager.ContextManager` keeps the transcript and the sidecar state
+in memory. Another process may append to the same session, install a checkpoint or rewind
+it; its commits are never overwritten (every sidecar write is a compare-and-swap), but this
+process would keep preparing from its own, older copy. :class:`Watch` notices that before a
+prepare, an append or a capability call, at the price of one ``stat``:
+
+* the store's transcript :meth:`~ctxfold.kernel.contracts.Store.revision` moved since this
+  process last read or wrote it (an append reports the revision it found, so an append by
+  another process in between is seen too);
+* or the committer adopted another process's sidecar after losing a compare-and-swap.
+
+Then the transcript is re-read, the stored sidecar state is taken over and its projection
+is validated against that transcript (an adopted projection is never trusted as it is: one
+that no longer matches is dropped, with a notice), and the caller rebuilds what it derives
+from the transcript.
+"""
+
+from __future__ import annotations
+
+from ctxfold.kernel.commit import Committer
+from ctxfold.kernel.contracts import Store
+from ctxfold.kernel.sidecar import validate_projection
+from ctxfold.kernel.types import Appended, Message
+
+
+class Watch:
+    """What this process last saw of one session's stored transcript."""
+
+    def __init__(self, store: Store, session_id: str, revision: str) -> None:
+        self._store = store
+        self._session_id = session_id
+        self.revision = revision
+        #: Set when this process's copy is known to be behind (a lost compare-and-swap
+        #: re-read the transcript without the sidecar; an append found another one's lines).
+        self.stale = False
+
+    def appended(self, appended: Appended) -> None:
+        """Record this process's append; another writer in between marks the copy stale."""
+        if appended.before != self.revision:
+            self.stale = True
+        self.revision = appended.after
+
+    def moved(self, committer: Committer) -> bool:
+        """Whether the stored session moved since this process last saw it."""
+        return (self.stale or committer.adopted
+                or self._store.revision(self._session_id) != self.revision)
+
+    def resync(self, committer: Committer) -> tuple[list[Message], list[str]] | None:
+        """``None`` when nothing moved; else the current transcript and the notices of
+        validating the stored projection against it (the committer now holds that state)."""
+        if not self.moved(committer):
+            return None
+        # The revision is taken before reading: an append that lands in between is
+        # simply seen as a move next time.
+        revision = self._store.revision(self._session_id)
+        canonical = self._store.load(self._session_id)
+        stored = committer.reload()
+        state, notices = validate_projection(stored or committer.state, canonical,
+                                             self._session_id)
+        committer.state = state
+        committer.adopted = False
+        committer.transcript_version += 1  # an operation captured before this one loses
+        self.revision, self.stale = revision, False
+        return canonical, notices
+
+
+__all__ = ["Watch"]
