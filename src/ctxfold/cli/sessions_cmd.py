@@ -69,7 +69,7 @@ def open_store(args: argparse.Namespace) -> StoreHandle:
 def require_session(handle: StoreHandle, session_id: str) -> str:
     """Validate ``session_id`` and check that it exists; :class:`SessionError` otherwise."""
     from ctxfold.kernel.errors import SessionError
-    from ctxfold.kernel.session_id import validate_session_id
+    from ctxfold.session_id import validate_session_id
 
     validate_session_id(session_id)
     if not handle.store.exists(session_id):
@@ -187,7 +187,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_fork(args: argparse.Namespace) -> int:
-    from ctxfold.kernel.session_id import validate_session_id
+    from ctxfold.session_id import validate_session_id
 
     handle = open_store(args)
     session_id = require_session(handle, args.session)

@@ -38,7 +38,7 @@ from ctxfold.kernel.kinds import (
     SummarizerOptions,
 )
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.session_id import validate_session_id
+from ctxfold.session_id import validate_session_id
 from ctxfold.kernel.sidecar import load_sidecar, sidecar_bytes
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema

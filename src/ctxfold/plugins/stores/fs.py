@@ -30,7 +30,7 @@ from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir, sweep
 from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.session_id import validate_session_id
+from ctxfold.session_id import validate_session_id
 from ctxfold.kernel.types import Appended, Message
 from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
