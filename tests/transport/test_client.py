@@ -20,8 +20,8 @@ from ctxfold.kernel.errors import (
     RateLimitError,
     ServerError,
 )
-from ctxfold.secrets import redact_text as redact
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message
+from ctxfold.secrets import redact_text as redact
 from ctxfold.transport.client import HttpClient, HttpSettings
 from ctxfold.transport.errors import stream_cut
 from ctxfold.transport.provider import HttpProvider, partial_message_of

@@ -3,6 +3,11 @@
 It reads the full text of a tool result of the current session by UTF-8 byte offset. The
 answer is one JSON header line ``{"result_ref","offset","next_offset","total_bytes","sha256",
 "complete"}``, a newline and the page.
+
+A page costs O(page), not O(body): what needs the whole body — its UTF-8 bytes, its SHA-256
+and its ``result_ref`` — is computed once per message and kept while the message lives
+(:func:`_paged`; messages are frozen, so the cache can never go stale). An ASCII body is
+paged straight from the text (byte offsets are character offsets), so it is never copied.
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxfold.capabilities.arguments import int_arg
 from ctxfold.kernel.errors import ToolResultError
@@ -64,22 +71,47 @@ def describe() -> dict[str, Any]:
     }
 
 
-def _is_bounded(message: Message) -> bool:
-    return message.raw_content is not None and message.raw_content != message.content
+class _Body(NamedTuple):
+    """What paging needs of one tool message, computed once (see :func:`_paged`)."""
+
+    text: str
+    data: bytes | None  # the UTF-8 bytes; None when the text is ASCII (bytes = characters)
+    total: int
+    sha256: str
+    ref: str
+    legacy: bool  # a truncated record from older code, without the full text
 
 
-def _body(message: Message) -> str:
-    if message.raw_content is not None and message.raw_content != message.content:
-        return message.raw_content
-    return message.content
+_CACHE: weakref.WeakKeyDictionary[Message, _Body] = weakref.WeakKeyDictionary()
+_CACHE_LOCK = threading.Lock()
 
 
-def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> tuple[Message, str]:
-    """The tool message to page and its result_ref (newest first, SPEC §3.7)."""
+def _paged(message: Message) -> _Body:
+    """The body of a tool message with its size, digest and ``result_ref``: hashed once per
+    message, then reused by every page (the entry goes when the message does)."""
+    with _CACHE_LOCK:
+        cached = _CACHE.get(message)
+    if cached is not None:
+        return cached
+    bounded = message.raw_content is not None and message.raw_content != message.content
+    text = message.raw_content if bounded and message.raw_content is not None else message.content
+    data = None if text.isascii() else text.encode()
+    whole = text.encode() if data is None else data  # a transient copy for hashing only
+    body = _Body(
+        text=text, data=data, total=len(whole), sha256=hashlib.sha256(whole).hexdigest(),
+        ref=compute_result_ref(message.tool_call_id or "", whole),
+        legacy=not bounded and _LEGACY_MARKERS.search(message.content) is not None,
+    )
+    del whole
+    with _CACHE_LOCK:
+        _CACHE[message] = body
+    return body
+
+
+def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> _Body:
+    """The body of the tool message to page (newest first, SPEC §3.7)."""
     candidates = [
-        (m, compute_result_ref(tool_call_id, _body(m)))
-        for m in reversed(messages)
-        if m.role == "tool" and m.tool_call_id == tool_call_id
+        _paged(m) for m in reversed(messages) if m.role == "tool" and m.tool_call_id == tool_call_id
     ]
     if not candidates:
         known = [m.tool_call_id for m in reversed(messages) if m.role == "tool" and m.tool_call_id]
@@ -89,15 +121,15 @@ def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> 
             "copy tool_call_id from the truncation marker"
         )
     if ref is not None:
-        for message, candidate_ref in candidates:
-            if candidate_ref == ref:
-                return message, candidate_ref
-        refs = ", ".join(dict.fromkeys(r for _, r in candidates))
+        for body in candidates:
+            if body.ref == ref:
+                return body
+        refs = ", ".join(dict.fromkeys(b.ref for b in candidates))
         raise ToolResultError(
             f"result_ref={ref!r} does not match the tool result with "
             f"tool_call_id={tool_call_id!r}; retry with result_ref={refs}"
         )
-    distinct = list(dict.fromkeys(r for _, r in candidates))
+    distinct = list(dict.fromkeys(b.ref for b in candidates))
     if len(distinct) > 1:
         raise ToolResultError(
             f"tool_call_id={tool_call_id!r} is ambiguous ({len(candidates)} results); "
@@ -137,20 +169,19 @@ def read_tool_result(
             f"limit={limit} is out of range for {TOOL_RESULT_CAPABILITY}; "
             f"use 1..{PAGE_MAX} bytes (default {PAGE_DEFAULT})"
         )
-    message, ref = _select(messages, tool_call_id, result_ref)
-    if not _is_bounded(message) and _LEGACY_MARKERS.search(message.content):
+    body = _select(messages, tool_call_id, result_ref)
+    if body.legacy:
         raise ToolResultError(
             f"tool result {tool_call_id!r}: full result is unavailable for this legacy "
             "truncated record; re-run the tool with narrower arguments"
         )
-    data = _body(message).encode()
-    total = len(data)
+    data, total = body.data, body.total
     if offset < 0 or offset > total:
         raise ToolResultError(
             f"offset={offset} is outside tool result {tool_call_id!r} "
             f"(total_bytes={total}); use 0..{total}"
         )
-    if offset < total and (data[offset] & 0xC0) == 0x80:
+    if data is not None and offset < total and (data[offset] & 0xC0) == 0x80:
         start = offset
         while start > 0 and (data[start] & 0xC0) == 0x80:
             start -= 1
@@ -159,7 +190,7 @@ def read_tool_result(
             f"use a character start such as {start} (or the previous page's next_offset)"
         )
     end = min(offset + limit, total)
-    while end < total and (data[end] & 0xC0) == 0x80:
+    while data is not None and end < total and (data[end] & 0xC0) == 0x80:
         end -= 1
     if end == offset and offset < total:
         raise ToolResultError(
@@ -167,14 +198,15 @@ def read_tool_result(
             f"(limit={limit}, offset={offset}, tool result {tool_call_id!r})"
         )
     header = {
-        "result_ref": ref,
+        "result_ref": body.ref,
         "offset": offset,
         "next_offset": end,
         "total_bytes": total,
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "sha256": body.sha256,
         "complete": end == total,
     }
-    return json.dumps(header, separators=(",", ":")) + "\n" + data[offset:end].decode()
+    page = body.text[offset:end] if data is None else data[offset:end].decode()
+    return json.dumps(header, separators=(",", ":")) + "\n" + page
 
 
 def call(messages: Sequence[Message], arguments: Mapping[str, Any]) -> str:

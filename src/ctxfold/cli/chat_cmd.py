@@ -183,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
     from ctxfold.cli.sessions_cmd import open_store
     from ctxfold.engine.opening import open_session
     from ctxfold.kernel.kinds import PROVIDER
-    from ctxfold.session_id import validate_session_id
     from ctxfold.kernel.types import Message
+    from ctxfold.session_id import validate_session_id
 
     handle = open_store(args)
     session_id = validate_session_id(

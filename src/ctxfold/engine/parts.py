@@ -38,10 +38,10 @@ from ctxfold.kernel.kinds import (
     SummarizerOptions,
 )
 from ctxfold.kernel.registry import Registry
-from ctxfold.session_id import validate_session_id
 from ctxfold.kernel.sidecar import load_sidecar, sidecar_bytes
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
+from ctxfold.session_id import validate_session_id
 
 
 def prompt_cache_key(config: Config, session_id: str, workspace: str | None = None) -> str:

@@ -9,6 +9,16 @@ single retry. A partial assistant message from a broken stream is never recorded
 yields :class:`Send` (and is sent the :class:`~ctxfold.kernel.types.ChatResponse`, or has the
 :class:`~ctxfold.ContextLimitError` thrown in), :class:`Prepare` (sent the prepared request) and
 :class:`Learn` (nothing sent back), and returns the response to append.
+
+An overflow error without numbers (OpenAI's ``context_length_exceeded``) proves only that the
+window is below the request. Every request ctxfold sends fills its window (prompt + output
+budget: the summary request is ``window − summary cap − 256`` plus the cap, a retry gets the
+room left), so assuming the window *is* the rejected request's estimate makes the summary
+request and the retry overflow too. The window is assumed to be
+:data:`UNKNOWN_WINDOW_FRACTION` of it instead: the largest fraction for which one overflow
+checkpoint still folds the view below the assumed window's hard ceiling. Recovery therefore
+works for a real window down to about ⅔ of the rejected request; below that one summary
+cannot fold enough, and the error says which window was assumed.
 """
 
 from __future__ import annotations
@@ -21,12 +31,17 @@ import attrs
 
 from ctxfold.engine.prepared import PreparedRequest
 from ctxfold.kernel.contracts import AsyncProvider, Estimator, Provider
-from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError
+from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError, CtxfoldError
 from ctxfold.kernel.fold import PROTOCOL_RESERVE
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, RequestShape, Trigger, Usage
 
 #: Output room that must remain for a clip-and-retry to make sense (origin §3.10).
 OUTPUT_RESERVE = 8192
+#: The window assumed after an overflow error without numbers, as a fraction of the smaller of
+#: the rejected request's estimate and the effective window (so repeated overflows shrink it
+#: geometrically); never below :data:`MIN_ASSUMED_WINDOW` tokens.
+UNKNOWN_WINDOW_FRACTION = 2 / 3
+MIN_ASSUMED_WINDOW = 1024
 
 
 @attrs.frozen
@@ -93,10 +108,11 @@ def turn(ctx: TurnContext) -> TurnSteps:
         try:
             response = yield Send(request)
         except ContextLimitError as exc:
+            unknown = exc.window <= 0 and exc.prompt <= 0  # the error gave no numbers
             if retried:
                 raise CompactionRequiredError(
                     f"session {ctx.session_id!r}: the provider still reports a context overflow "
-                    f"after one recovery retry ({exc})"
+                    f"after one recovery retry ({exc}){_assumed(ctx, unknown)}"
                 ) from exc
             retried = True
             yield Learn(window=learned_window(ctx, request, exc), prompt_tokens=exc.prompt,
@@ -106,12 +122,16 @@ def turn(ctx: TurnContext) -> TurnSteps:
                 request = attrs.evolve(request, max_output_tokens=left)
                 continue
             version = prepared.projection_version
-            prepared = yield Prepare("overflow")
+            try:
+                prepared = yield Prepare("overflow")
+            except CompactionRequiredError as failed:  # e.g. its summary request overflowed too
+                raise CompactionRequiredError(f"{failed}{_assumed(ctx, unknown)}") from failed
             assert isinstance(prepared, PreparedRequest)
             if prepared.projection_version <= version:
                 raise CompactionRequiredError(
                     f"session {ctx.session_id!r}: context overflow ({exc}) and the overflow "
-                    "checkpoint did not advance the projection; nothing was retried"
+                    f"checkpoint did not advance the projection; nothing was retried"
+                    f"{_assumed(ctx, unknown)}"
                 ) from exc
             request = attrs.evolve(request, messages=prepared.messages,
                                    output_room=room(ctx.window(), prepared.tokens))
@@ -120,18 +140,33 @@ def turn(ctx: TurnContext) -> TurnSteps:
         return response
 
 
+def assumed_window(tokens: int) -> int:
+    """The window assumed below a rejected request of ``tokens`` without numbers."""
+    return max(min(tokens, MIN_ASSUMED_WINDOW), int(tokens * UNKNOWN_WINDOW_FRACTION))
+
+
 def learned_window(ctx: TurnContext, request: ChatRequest, exc: ContextLimitError) -> int:
     """The window an overflow error proves (0 when it proves nothing new).
 
     A body without numbers (OpenAI's ``context_length_exceeded``) still proves that the
-    window is below this request: the request's own estimate becomes the learned window, so
-    the overflow checkpoint folds below it instead of finding nothing to do.
+    window is below this request: the window is assumed to be
+    :data:`UNKNOWN_WINDOW_FRACTION` of the request's estimate (or of the effective window,
+    when smaller), so the overflow checkpoint's summary request and the retry — each filling
+    the assumed window with prompt and output budget — fit a real window below the request.
     """
     if exc.window > 0:
         return exc.window
     if exc.prompt <= 0:
-        return ctx.estimate(request.messages)
+        return assumed_window(min(ctx.estimate(request.messages), ctx.window()))
     return 0
+
+
+def _assumed(ctx: TurnContext, unknown: bool) -> str:
+    if not unknown:
+        return ""
+    return (f"; the provider's error gave no token counts, so the window was assumed to be "
+            f"{ctx.window()} tokens ({UNKNOWN_WINDOW_FRACTION:.0%} of the rejected request): "
+            "set [provider] context_window to the model's real window")
 
 
 def drive(
@@ -144,7 +179,7 @@ def drive(
 ) -> ChatResponse:
     """Run :func:`turn` against ``provider``; ``observe`` sees each request before it goes."""
     answer: object = None
-    error: ContextLimitError | None = None
+    error: CtxfoldError | None = None
     while True:
         try:
             step = steps.throw(error) if error is not None else steps.send(answer)
@@ -159,7 +194,10 @@ def drive(
             except ContextLimitError as exc:
                 error = exc
         elif isinstance(step, Prepare):
-            answer = prepare(step.trigger)
+            try:
+                answer = prepare(step.trigger)
+            except CompactionRequiredError as exc:  # the turn adds what it learned, re-raises
+                error = exc
         else:
             learn(step)
 
@@ -175,7 +213,7 @@ async def adrive(
     """:func:`drive` for an event loop: an :class:`AsyncProvider` is awaited, a plain
     provider runs in a worker thread."""
     answer: object = None
-    error: ContextLimitError | None = None
+    error: CtxfoldError | None = None
     while True:
         try:
             step = steps.throw(error) if error is not None else steps.send(answer)
@@ -193,7 +231,10 @@ async def adrive(
             except ContextLimitError as exc:
                 error = exc
         elif isinstance(step, Prepare):
-            answer = await prepare(step.trigger)
+            try:
+                answer = await prepare(step.trigger)
+            except CompactionRequiredError as exc:
+                error = exc
         else:
             learn(step)
 

@@ -45,7 +45,7 @@ _CLASS_BUDGETS: tuple[tuple[frozenset[str], tuple[int, int]], ...] = (
 )
 DEFAULT_BUDGET = (12000, 4000)
 
-_ERROR_WORDS = ("error:", "panic:", "fatal:")
+_ERROR_WORDS = (b"error:", b"panic:", b"fatal:")
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _UNSAFE_FIELD = re.compile(r"[\s\]\[]")
 # Combining marks, ZWJ, variation selectors, emoji modifiers and tag characters extend the
@@ -53,22 +53,21 @@ _UNSAFE_FIELD = re.compile(r"[\s\]\[]")
 _GRAPHEME_STEPS = 16
 
 
-def result_ref(call_id: str, full_body: str) -> str:
-    """``"tr-"`` + hex of the first 12 bytes of SHA-256(call_id ‖ 0x00 ‖ full_body)."""
-    digest = hashlib.sha256(call_id.encode() + b"\0" + full_body.encode()).digest()
-    return "tr-" + digest[:12].hex()
+def result_ref(call_id: str, full_body: str | bytes) -> str:
+    """``"tr-"`` + hex of the first 12 bytes of SHA-256(call_id ‖ 0x00 ‖ full_body); the body
+    may be given as its UTF-8 bytes (hashed in place, never concatenated)."""
+    digest = hashlib.sha256(call_id.encode() + b"\0")
+    digest.update(full_body if isinstance(full_body, bytes) else full_body.encode())
+    return "tr-" + digest.digest()[:12].hex()
 
 
 def as_text(text: str | bytes) -> str:
-    """Text that always encodes as UTF-8.
-
-    ``bytes`` (raw tool output that may not be valid UTF-8) are decoded with
-    ``errors="replace"``: every invalid sequence becomes U+FFFD. Lone surrogates in a
-    ``str`` (which UTF-8 cannot encode) also become U+FFFD.
-    """
+    """Text that always encodes as UTF-8: ``bytes`` (raw tool output that may not be valid
+    UTF-8) are decoded with ``errors="replace"`` (every invalid sequence becomes U+FFFD) and
+    lone surrogates in a ``str`` become U+FFFD (ASCII, the common case, costs nothing)."""
     if isinstance(text, bytes):
         return text.decode("utf-8", errors="replace")
-    return _SURROGATES.sub("\ufffd", text)
+    return text if text.isascii() else _SURROGATES.sub("\ufffd", text)
 
 
 def _is_continuation(data: bytes, index: int) -> bool:
@@ -208,7 +207,7 @@ def bound_tool_content(text: str | bytes, *, tool_name: str, call_id: str) -> st
     data = text.encode()
     if len(data) <= cap:
         return text
-    ref = result_ref(call_id, text)
+    ref = result_ref(call_id, data)
     if tool_name.lower() in PREFIX_TOOLS:
         return _bound_prefix(data, tool=tool_name, call_id=call_id, ref=ref, cap=cap)
 
@@ -219,7 +218,7 @@ def bound_tool_content(text: str | bytes, *, tool_name: str, call_id: str) -> st
     if head_bytes + tail_bytes > room:
         head_bytes = 2 * cap // 3
         tail_bytes = min(tail_bytes, room - head_bytes)
-    lowered = text.lower()
+    lowered = data.lower()  # bytes: no non-ASCII character lowers to these ASCII words
     if any(word in lowered for word in _ERROR_WORDS):
         # The end of a failing command's output is where the cause is.
         tail_bytes = max(tail_bytes, cap // 3)

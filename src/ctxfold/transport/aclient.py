@@ -18,7 +18,7 @@ from ctxfold.kernel.errors import ProviderError
 from ctxfold.kernel.types import SseEvent
 from ctxfold.transport import errors
 from ctxfold.transport.client import read_kind
-from ctxfold.transport.retry import calculate_retry_timeout
+from ctxfold.transport.retry import MAX_RETRY_AFTER, calculate_retry_timeout, wait_beyond_cap
 from ctxfold.transport.settings import (
     ClientBase,
     HttpSettings,
@@ -153,6 +153,9 @@ class AsyncHttpClient(ClientBase):
                 delay_headers = response.headers
                 if not retryable:
                     raise error
+            wait = wait_beyond_cap(delay_headers)
+            if wait is not None:  # a retry sooner would be refused: say so and stop
+                raise errors.wait_refused(error, wait, MAX_RETRY_AFTER)
             if attempt >= retries:
                 raise error
             await self.sleep(calculate_retry_timeout(attempt, delay_headers))

@@ -35,6 +35,12 @@ ERROR_BODY_KEPT = 2048
 OverflowParser = Callable[[int, str], ContextLimitError | None]
 
 
+class ResponseDropped(ProviderConnectionError):
+    """The connection dropped, or a stream ended early, after the response had started (not a
+    failure to connect, which the HTTP layer retries itself). :class:`~ctxfold.transport.
+    provider.HttpProvider` sends the request again when no output had arrived yet."""
+
+
 def error_detail(text: str) -> str:
     """The provider's error message (``error.message`` / ``message``), trimmed, quoted."""
     message = ""
@@ -84,7 +90,7 @@ def read_error(
         return ProviderTimeoutError(
             f"{where}: no data for {idle_timeout:g}s (idle timeout); retry later or raise "
             "the idle timeout", request_id=request_id)
-    return ProviderConnectionError(
+    return ResponseDropped(
         f"{where}: connection dropped ({type(exc).__name__}: {redact_text(str(exc), key)}); "
         "retry the request", request_id=request_id)
 
@@ -136,6 +142,17 @@ def status_error(
         **meta), status in RETRYABLE_STATUSES
 
 
+def wait_refused(error: ProviderError, wait: float, cap: float) -> ProviderError:
+    """``error`` (same type) for a server that asked to wait ``wait`` s, more than the ``cap``
+    ctxfold waits in-process: not retried, and the message says when to try again."""
+    refused = type(error)(
+        f"{error}; the server asked to wait {wait:.0f}s before retrying (Retry-After), longer "
+        f"than the {cap:g}s ctxfold waits, so the request was not retried: send it again after "
+        "that wait", status=error.status, request_id=error.request_id, body=error.body)
+    refused.retry_after = wait
+    return refused
+
+
 def error_from_payload(
     provider: str, payload: Any, where: str, parse_overflow: OverflowParser | None = None
 ) -> ProviderError:
@@ -175,7 +192,7 @@ def not_json(provider: str, url: str, raw: bytes, status: int, key: str | None,
 
 def stream_cut(provider: str, what: str) -> ProviderConnectionError:
     """The error for a stream that ended before its terminal event."""
-    return ProviderConnectionError(
+    return ResponseDropped(
         f"{provider}: the response stream ended before {what}; the connection was dropped or "
         "the server gave up — the partial output is on exc.partial_message; retry the request"
     )

@@ -14,6 +14,12 @@ stream broke (dropped connection, malformed chunk, timeout, KeyboardInterrupt) a
 output arrived, the exception carries ``partial_message`` (a :class:`~ctxfold.Message` with
 ``partial=True``); read it with :func:`partial_message_of` and record it as partial, or not at
 all. The response is always closed.
+
+Dropped connections (SPEC §5: connection errors are retryable): a response whose connection
+dropped, or whose stream ended early, *before any output arrived* (no text, reasoning or tool
+call: at most bookkeeping events) is sent again, within the same ``max_retries`` budget and
+backoff as the HTTP layer's retries. A stream that delivered output is never replayed: its
+exception carries the partial message, and nothing half-received is ever retried into a reply.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from ctxfold.kernel.contracts import ProviderDefaults, StreamAssembler, Translat
 from ctxfold.kernel.errors import PluginError, ProviderError
 from ctxfold.kernel.kinds import ProviderOptions, StrategyContext
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message
+from ctxfold.transport.errors import ResponseDropped
+from ctxfold.transport.retry import calculate_retry_timeout
 
 if TYPE_CHECKING:  # httpx (≈0.3 s to import) loads only when a provider is built
     from ctxfold.transport.aclient import AsyncHttpClient
@@ -112,10 +120,22 @@ class HttpProvider:
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request``; return the full response or raise a ProviderError (or the
-        interrupting exception) carrying ``partial_message`` when output was cut off."""
+        interrupting exception) carrying ``partial_message`` when output was cut off. A
+        connection that dropped before any output arrived is retried (see the module)."""
         body = self.body(request)
         if self.on_request is not None:
             self.on_request(body)
+        attempt = 0
+        while True:
+            try:
+                return self._attempt(request, body)
+            except ResponseDropped as exc:
+                if not self._retry_drop(request, exc, attempt):
+                    raise
+            self.http.sleep(calculate_retry_timeout(attempt))
+            attempt += 1
+
+    def _attempt(self, request: ChatRequest, body: dict[str, Any]) -> ChatResponse:
         assembler: StreamAssembler | None = None
         try:
             if not request.stream:
@@ -139,6 +159,19 @@ class HttpProvider:
                 _attach_partial(exc, assembler.partial())
             raise
 
+    def _retry_drop(self, request: ChatRequest, exc: ResponseDropped, attempt: int) -> bool:
+        """Whether a dropped response may be sent again: nothing arrived, budget left."""
+        budget = self.http.settings.max_retries if request.max_retries is None \
+            else request.max_retries
+        if partial_message_of(exc) is not None:
+            return False
+        if attempt >= budget:
+            if attempt:
+                exc.args = (f"{exc.args[0] if exc.args else exc} ({attempt + 1} attempts, "
+                            "each dropped before any output)", *exc.args[1:])
+            return False
+        return True
+
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """:meth:`complete` over the async client (created on first use)."""
         if self._async is None:
@@ -146,10 +179,21 @@ class HttpProvider:
                 raise ProviderError(f"{self.name}: this provider was built without an async "
                                     "client; build it with build_http_provider")
             self._async = self._make_async()
-        http = self._async
         body = self.body(request)
         if self.on_request is not None:
             self.on_request(body)
+        attempt = 0
+        while True:
+            try:
+                return await self._aattempt(self._async, request, body)
+            except ResponseDropped as exc:
+                if not self._retry_drop(request, exc, attempt):
+                    raise
+            await self._async.sleep(calculate_retry_timeout(attempt))
+            attempt += 1
+
+    async def _aattempt(self, http: AsyncHttpClient, request: ChatRequest,
+                        body: dict[str, Any]) -> ChatResponse:
         assembler: StreamAssembler | None = None
         try:
             if not request.stream:

@@ -3,7 +3,9 @@
 Retryable: HTTP 408/409/429/5xx and connection errors. The wait is one pure function,
 :func:`calculate_retry_timeout`: a server hint (``retry-after-ms``, ``Retry-After`` in seconds
 or as an HTTP date) between 0 and :data:`MAX_RETRY_AFTER` seconds wins; otherwise jittered
-exponential backoff.
+exponential backoff. A server asking for a longer wait is not retried at all: a retry after a
+short backoff would only be refused again, so the clients raise at once with a message naming
+the requested wait (:func:`wait_beyond_cap`, ``exc.retry_after``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from collections.abc import Mapping
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
-#: A server asking for a longer pause than this is not honoured literally (anthropic-sdk rule).
+#: The longest server-requested pause ctxfold waits in-process; a longer one fails at once.
 MAX_RETRY_AFTER = 60.0
 
 
@@ -46,6 +48,13 @@ def calculate_retry_timeout(
     delay = min(base * (2.0 ** min(attempt, 32)), cap)
     fraction = random.random() if jitter is None else jitter
     return max(delay * (1.0 - 0.25 * fraction), 0.0)
+
+
+def wait_beyond_cap(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """The wait in seconds the server asked for when it exceeds :data:`MAX_RETRY_AFTER`
+    (the request is then not retried), else ``None``."""
+    hint = _retry_after(headers, time.time() if now is None else now)
+    return hint if hint is not None and hint > MAX_RETRY_AFTER else None
 
 
 def _retry_after(headers: Mapping[str, str], now: float) -> float | None:

@@ -11,8 +11,8 @@ from typing import Any
 import attrs
 
 from ctxfold.kernel.errors import AuthenticationError, ProviderError, ProviderTimeoutError
-from ctxfold.secrets import holds_a_secret_not_a_name, redact_text
 from ctxfold.kernel.types import SseEvent
+from ctxfold.secrets import holds_a_secret_not_a_name, redact_text
 from ctxfold.transport import errors
 from ctxfold.transport.errors import OverflowParser
 
