@@ -162,3 +162,27 @@ def test_processes_on_one_session_never_prepare_a_view_missing_a_committed_messa
     assert results == [0, 0, 0]
     stored = contents(opened.store.load("shared"))
     assert len(stored) == 2 + 3 * 25  # no append lost
+
+
+def test_a_receipt_another_process_records_meanwhile_does_not_defeat_an_install(
+        open_session) -> None:
+    summarizer = RecordingSummarizer()
+    a = open_session(window=20_000, ratio=0.5, summarizer=summarizer)
+    seed(a)
+    for i in range(30):
+        a.append(user(f"note {i} " + "x" * 1_200))
+
+    def race(_request) -> None:  # b writes the sidecar (a resume label), installs nothing
+        b = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
+        b.resume()
+        b.append(user("from b"))
+
+    summarizer.before = race
+    prepared = a.compact()
+    receipt = a.state.last_receipt
+    assert receipt is not None and receipt.status is ReceiptStatus.APPLIED
+    stored = json.loads(sidecar(a).read_text())
+    assert stored["projection"]["projection_version"] == 1
+    assert [t["kind"] for t in stored["telemetry"]][-2:] == ["resume", "install"]
+    assert a.prepare().messages[-1].content == "from b"
+    assert prepared.projection_version == 1

@@ -23,10 +23,13 @@ CANONICAL = [Message(role="system", content="s"), Message(role="user", content="
 
 
 class Disk:
-    """An in-memory sidecar file: what ``save`` wrote, and what ``reload`` reads."""
+    """An in-memory sidecar file with the store's compare-and-swap: ``save`` wins only if
+    the file is still what this committer last read or wrote. Setting ``state`` directly is
+    another process's write."""
 
     def __init__(self) -> None:
         self.state: SidecarState | None = None
+        self.seen: SidecarState | None = None
         self.saves = 0
         self.fail = False
         #: Another process's commit that lands just before this one's next write, which
@@ -38,12 +41,14 @@ class Disk:
             raise OSError("disk full")
         if self.race is not None:
             self.state, self.race = self.race, None
+        if self.state is not self.seen:
             return False
         self.saves += 1
-        self.state = state
+        self.state = self.seen = state
         return True
 
     def reload(self) -> SidecarState | None:
+        self.seen = self.state
         return self.state
 
 
@@ -91,27 +96,58 @@ def test_an_install_loses_when_anything_moved_in_this_process(moved: str) -> Non
     assert disk.saves == saves and c.state.projection is None
 
 
-def test_an_install_loses_when_another_process_committed_and_adopts_its_state() -> None:
+def theirs_with_checkpoint(generation: int) -> SidecarState:
+    """Another process's state after it installed a checkpoint (projection version 1)."""
+    other = Committer(SidecarState(), save=lambda _s: True, reload=lambda: None)
+    install(other, other.capture(len(CANONICAL)))
+    return attrs.evolve(other.state, generation=generation, prompt_cache_key="other")
+
+
+def test_an_install_loses_when_another_process_installed_and_adopts_its_state() -> None:
     disk = Disk()
     c = committer(disk)
     captured = c.capture(len(CANONICAL))
-    theirs = SidecarState(generation=7, prompt_cache_key="other")
+    theirs = theirs_with_checkpoint(7)
     disk.state = theirs
     with pytest.raises(StaleContextError):
         install(c, captured)
     assert c.state == theirs and disk.state == theirs  # never overwritten
 
 
-def test_an_install_whose_write_loses_the_swap_adopts_the_winner_and_raises() -> None:
+def test_an_install_goes_on_top_of_receipts_another_process_recorded() -> None:
+    # Receipts and telemetry never defeat a checkpoint: workers at the trigger together would
+    # otherwise block each other's installs for good.
     disk = Disk()
     c = committer(disk)
     captured = c.capture(len(CANONICAL))
-    theirs = SidecarState(generation=1, prompt_cache_key="other")
-    disk.race = theirs  # the other process writes between this one's check and its write
-    with pytest.raises(StaleContextError, match="another process committed"):
-        install(c, captured)
-    assert disk.state == theirs and c.state == theirs and c.adopted
-    assert disk.saves == 0
+    disk.state = SidecarState(generation=7, prompt_cache_key="other",
+                              telemetry=(TelemetryRecord(kind="blocked"),))
+    receipt = install(c, captured)
+    assert receipt.generation == 8 and disk.state is not None
+    assert disk.state.generation == 8 and disk.state.projection is not None
+    assert disk.state.prompt_cache_key == "other"
+    assert [t.kind for t in disk.state.telemetry] == ["blocked", "install"]
+
+
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_an_install_whose_write_loses_the_swap_is_rechecked_on_the_winners_state(
+        checkpoint: bool) -> None:
+    disk = Disk()
+    c = committer(disk)
+    captured = c.capture(len(CANONICAL))
+    # The other process writes between this one's check and its write.
+    theirs = theirs_with_checkpoint(1) if checkpoint else SidecarState(
+        generation=1, prompt_cache_key="other")
+    disk.race = theirs
+    if checkpoint:
+        with pytest.raises(StaleContextError, match="installed a checkpoint first"):
+            install(c, captured)
+        assert disk.state == theirs and c.state == theirs and c.adopted
+        assert disk.saves == 0
+    else:
+        receipt = install(c, captured)
+        assert receipt.generation == 2 and disk.saves == 1
+        assert disk.state is not None and disk.state.prompt_cache_key == "other"
 
 
 def test_a_record_that_loses_the_swap_is_reapplied_on_the_winners_state() -> None:

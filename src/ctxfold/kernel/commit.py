@@ -1,12 +1,14 @@
 """Compare-and-swap installs, receipts and telemetry (SPEC §1 invariants 7, 8, 11; origin §3.9).
 
 Every install compares what it captured when the operation started (transcript version,
-canonical length, projection version, generation — in memory and on disk) and loses cleanly
-if anything moved. The write itself is a compare-and-swap on the stored sidecar (``save``
-returns ``False`` when another process wrote since this one last read it), so a check and
-its write cannot be split by another writer. State is persisted first; if the sidecar write
-fails the previous in-memory state is restored and no applied receipt exists anywhere. A
-receipt or telemetry record that loses the swap is re-applied on the state that won.
+canonical length, projection version, generation) and loses cleanly if anything moved in
+this process, or if another process installed a checkpoint meanwhile; receipts and telemetry
+another process recorded are kept beneath it (were they to defeat installs, workers sharing
+a session at the trigger would block each other for good). The write is a compare-and-swap on
+the stored sidecar (``save`` returns ``False`` when another process wrote since this one
+read it), so a check and its write cannot be split by another writer; a lost swap is
+re-checked on the stored state. State is persisted first; if the write fails the previous
+in-memory state is restored and no applied receipt exists anywhere.
 """
 
 from __future__ import annotations
@@ -82,11 +84,7 @@ class Committer:
         now = self.capture(canonical_len)
         if now != captured:
             raise StaleContextError("context changed in this process during the operation")
-        disk = self.reload()
-        if disk is not None and disk.generation != captured.generation:
-            # Another process committed: adopt its newer state so we never overwrite it.
-            self.adopt(disk)
-            raise StaleContextError("context changed on disk during the operation")
+        # Another process's commits are found by the write's compare-and-swap (``on`` below).
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -160,22 +158,23 @@ class Committer:
             covered_count=covered_count,
             covered_prefix_hash=projection.covered_prefix_hash,
             cache_break=True,
-            generation=captured.generation + 1,
             created_at=utc_now(),
         )
         telemetry = attrs.evolve(telemetry, projection_version=version)
-        self._persist(
-            attrs.evolve(
-                self.state,
-                projection=projection,
-                generation=captured.generation + 1,
-                last_receipt=receipt,
-                telemetry=self._with_telemetry(telemetry, self.state),
-            )
-        )
+        made: list[Receipt] = []
+
+        def on(base: SidecarState) -> SidecarState:
+            if _version(base) != captured.projection_version:
+                raise StaleContextError("another process installed a checkpoint first")
+            made.append(attrs.evolve(receipt, generation=base.generation + 1))
+            return attrs.evolve(base, projection=projection, generation=base.generation + 1,
+                                last_receipt=made[-1],
+                                telemetry=self._with_telemetry(telemetry, base))
+
+        self._persist(on(self.state), on)
         if self.hooks is not None:
-            self.hooks.ctxfold_after_install(session_id=self.session_id, receipt=receipt)
-        return receipt
+            self.hooks.ctxfold_after_install(session_id=self.session_id, receipt=made[-1])
+        return made[-1]
 
     def record(self, receipt: Receipt, telemetry: TelemetryRecord | None = None) -> Receipt:
         """Persist a blocked/failed/noop receipt; bumps the generation (not the version).
@@ -257,6 +256,10 @@ class Committer:
     def _with_telemetry(record: TelemetryRecord, base: SidecarState
                         ) -> tuple[TelemetryRecord, ...]:
         return (*base.telemetry, record)[-MAX_TELEMETRY:]
+
+
+def _version(state: SidecarState) -> int:
+    return state.projection.projection_version if state.projection else 0
 
 
 def blocked_receipt(

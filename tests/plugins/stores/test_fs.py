@@ -366,8 +366,9 @@ def test_unchanged_session_is_not_parsed_again(
     assert len(calls) == 2
 
 
-def test_large_session_loads_fast(store: FsStore) -> None:
-    # ~1M tokens: 5,000 messages, ~4.5 MB of JSON.
+def test_a_large_session_is_parsed_in_bulk_and_a_warm_load_parses_nothing(
+        store: FsStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ~1M tokens: 5,000 messages, ~4.5 MB of JSON. (Load times: benchmarks/bench_prepare.py.)
     messages = []
     for i in range(5000):
         if i % 2:
@@ -378,17 +379,42 @@ def test_large_session_loads_fast(store: FsStore) -> None:
                 ToolCall(id=f"c{i + 1}", name="bash", arguments='{"cmd":"ls"}'),)))
     store.create("big")
     store.append("big", messages)
-    best = min(_timed(lambda: FsStore(store.root).load("big")) for _ in range(3))
-    assert best < 0.3, f"cold load took {best:.3f}s"
+    from ctxfold.plugins.stores import fs_lines
+
+    parsed: list[int] = []
+    real = fs_lines.json.loads
+
+    def loads(text, *args, **kwargs):
+        parsed.append(len(text))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(fs_lines.json, "loads", loads)
+    assert FsStore(store.root).load("big") == messages
+    assert len(parsed) == 1  # one json.loads for all 5,000 lines, not one per line
     warm = FsStore(store.root)
     warm.load("big")
-    assert _timed(lambda: warm.load("big")) < 0.01
+    parsed.clear()
+    assert warm.load("big") == messages and parsed == []  # unchanged file: one stat
 
 
-def _timed(fn: object) -> float:
-    start = time.perf_counter()
-    fn()  # type: ignore[operator]
-    return time.perf_counter() - start
+def test_a_huge_line_is_parsed_on_its_own_not_copied_into_the_bulk_parse(
+        store: FsStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxfold.plugins.stores import fs_lines
+
+    monkeypatch.setattr(fs_lines, "BIG_LINE", 10_000)
+    huge = Message(role="user", content="h" * 50_000)
+    store.create("s")
+    store.append("s", _msgs(3))
+    store.append("s", [huge])
+    store.append("s", _msgs(2, start=3))
+    parsed: list[str] = []
+    real = fs_lines.json.loads
+    monkeypatch.setattr(fs_lines.json, "loads",
+                        lambda text, *a, **k: parsed.append(text) or real(text, *a, **k))
+    assert FsStore(store.root).load("s") == [*_msgs(3), huge, *_msgs(2, start=3)]
+    big = [t for t in parsed if len(t) > 10_000]
+    assert len(big) == 1 and big[0].startswith("{")  # alone, not inside a joined "[...]"
+    assert len(parsed) == 3  # the runs before and after it in bulk
 
 
 # -- fork / rewind / delete --------------------------------------------------------------------

@@ -30,7 +30,6 @@ from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir, sweep
 from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
-from ctxfold.session_id import validate_session_id
 from ctxfold.kernel.types import Appended, Message
 from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
@@ -44,6 +43,7 @@ from ctxfold.plugins.stores.fs_files import (
 )
 from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
 from ctxfold.plugins.stores.fs_sidecar import SidecarFiles, StoreWarning, store_warning
+from ctxfold.session_id import validate_session_id
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +147,24 @@ class FsStore(SidecarFiles):
         with self._locked(session_id):
             return list(self._load_locked(session_id)[0])
 
+    def batches(self, session_id: str) -> list[list[Message]]:
+        """The transcript as the batches it was appended in (what ``store copy`` replays,
+        so a copy's lines are byte-identical); reads only, a torn tail is left out."""
+        path = self.transcript_path(session_id)
+        self._stat(session_id)
+        parsed = parse_transcript(self._read(path), path)
+        sizes = parsed.sizes if sum(parsed.sizes) == len(parsed.messages) else ()
+        sizes = sizes or (1,) * len(parsed.messages)
+        out, start = [], 0
+        for size in sizes:
+            out.append(parsed.messages[start:start + size])
+            start += size
+        return out
+
     def revision(self, session_id: str) -> str:
-        """The transcript's (inode, size): an append grows it, a rewind replaces the file."""
+        """The transcript's ``inode:size:mtime`` (see :func:`_revision`)."""
         st = self._stat(session_id)
-        return f"{st.st_ino}:{st.st_size}"
+        return _revision(st)
 
     def append(self, session_id: str, messages: Sequence[Message]) -> Appended:
         """Append ``messages`` durably: one ``write`` and one ``fsync`` for the batch; the
@@ -166,13 +180,13 @@ class FsStore(SidecarFiles):
                 # batch in the middle): parse, and repair, first.
                 cached, _, _ = self._load_locked(session_id)
                 st = path.stat()
-            before = f"{st.st_ino}:{st.st_size}"
+            before = _revision(st)
             if not payload:
                 return Appended(before, before)
             after = append_durably(path, payload)
             if cached is not None:
                 self._cache.put(session_id, stat_key(after), (*cached, *messages))
-            return Appended(before, f"{after.st_ino}:{after.st_size}")
+            return Appended(before, _revision(after))
 
     def exists(self, session_id: str) -> bool:
         """Whether the transcript of ``session_id`` exists."""
@@ -285,6 +299,12 @@ class FsStore(SidecarFiles):
             self._cache.forget(session_id)
             (self.root / f"{session_id}.lock").unlink(missing_ok=True)
         fsync_dir(self.root)
+
+
+def _revision(st: os.stat_result) -> str:
+    """``inode:size:mtime``: an append grows the file, a rewind replaces it, and a session
+    deleted and created again (which may reuse the inode) has a new modification time."""
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _create(context: StrategyContext[StoreOptions]) -> FsStore:

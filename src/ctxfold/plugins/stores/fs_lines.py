@@ -27,6 +27,23 @@ from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import Message
 
 
+def encode_message(message: Message) -> str:
+    """One message as its transcript line (no newline, no batch marker): compact JSON, valid
+    UTF-8 (a lone surrogate is escaped), what a database store keeps per row."""
+    return encode_lines([message])[:-1].decode("utf-8")
+
+
+def decode_message(text: str, where: str) -> Message:
+    """A message from :func:`encode_message`'s text; :class:`StoreError` naming ``where``."""
+    try:
+        messages, _places = _parse_body(text.encode("utf-8") + b"\n")
+    except (_BadLine, UnicodeEncodeError) as bad:
+        raise StoreError(f"{where}: {getattr(bad, 'why', bad)}") from None
+    if len(messages) != 1:
+        raise StoreError(f"{where}: expected one message, found {len(messages)}")
+    return messages[0]
+
+
 def encode_lines(messages: Sequence[Message]) -> bytes:
     """The transcript lines of ``messages``: compact JSON, UTF-8, one per line; with more
     than one message each line starts with its place in the batch (``"batch":"k/n"``)."""
@@ -72,6 +89,8 @@ class ParsedTranscript(NamedTuple):
     messages: list[Message]
     good_end: int
     torn: bytes
+    #: How many messages each append wrote, in order (sums to ``len(messages)``).
+    sizes: tuple[int, ...] = ()
 
 
 def _structure(values: list[object], linenos: Sequence[int] | None
@@ -104,6 +123,36 @@ def _parse_body(body: bytes) -> tuple[list[Message], list[tuple[int, int] | None
     return messages, places
 
 
+#: Lines longer than this (a huge tool output) are parsed on their own, not copied into the
+#: joined document of the fast path.
+BIG_LINE = 1 << 20
+
+
+def _fast_values(lines: list[str]) -> list[object]:
+    """The JSON value of each line: runs of ordinary lines with one ``json.loads`` (~4x
+    faster than one per line), a big line alone. ``ValueError`` when any line is not
+    exactly one JSON value (the joined count changes, or it fails to parse)."""
+    values: list[object] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            parsed = json.loads("[" + ",".join(run) + "]")
+            if len(parsed) != len(run):
+                raise ValueError("a line holds more or less than one JSON value")
+            values.extend(parsed)
+            run.clear()
+
+    for line in lines:
+        if len(line) > BIG_LINE:
+            flush()
+            values.append(json.loads(line))
+        else:
+            run.append(line)
+    flush()
+    return values
+
+
 def _parse_lines(body: bytes) -> tuple[list[Message], list[tuple[int, int] | None]]:
     try:
         text = body.decode("utf-8")
@@ -114,14 +163,10 @@ def _parse_lines(body: bytes) -> tuple[list[Message], list[tuple[int, int] | Non
         raise _BadLine(n, start, stop, "invalid UTF-8", fatal=False) from None
     lines = text.split("\n")
     lines.pop()
-    # Fast path: one json.loads for the whole file is ~4x faster than one per line. Any line
-    # that is not exactly one JSON value changes the count or fails, and falls through.
     try:
-        values = json.loads("[" + ",".join(lines) + "]")
-        if len(values) == len(lines):
-            return _structure(values, None)
+        return _structure(_fast_values(lines), None)
     except (ValueError, RecursionError):
-        pass
+        pass  # some line is not exactly one JSON value: find it, line by line
     values, linenos, start = [], [], 0
     for n, raw in enumerate(body.split(b"\n")[:-1], start=1):
         stop = start + len(raw) + 1
@@ -158,7 +203,11 @@ def parse_transcript(data: bytes, path: Path) -> ParsedTranscript:
         if unfinished:  # the last batch lost its end: torn too, the batch goes whole
             body = body[: line_ends(body)[-unfinished - 1]] if unfinished < len(places) else b""
             messages = messages[:-unfinished]
-        return ParsedTranscript(messages, len(body), data[len(body) :])
+            places = places[:-unfinished]
+        # A batch's size counts once, at its last line; a single-message append is 1.
+        sizes = tuple(place[1] if place else 1 for place in places
+                      if place is None or place[0] == place[1])
+        return ParsedTranscript(messages, len(body), data[len(body) :], sizes)
 
 
 def _unfinished_batch(places: Sequence[tuple[int, int] | None]) -> int:
