@@ -88,8 +88,8 @@ def test_every_exception_ctxfold_defines_is_under_the_root() -> None:
 
 def test_importing_ctxfold_stays_light() -> None:
     code = ("import sys, ctxfold; from ctxfold import ContextManager, open_session, "
-            "load_config; heavy = [m for m in ('httpx', 'tokenizers', 'tiktoken', 'rich') "
-            "if m in sys.modules]; print(heavy)")
+            "load_config; import ctxfold.serve; heavy = [m for m in ('httpx', 'tokenizers', "
+            "'tiktoken', 'rich', 'starlette', 'uvicorn') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"

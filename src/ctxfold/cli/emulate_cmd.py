@@ -28,6 +28,9 @@ def register(subparsers: Any) -> None:
         "hits request N (0-based; default: the next request), xCOUNT repeats it "
         "(e.g. --fault rate_limit@0 --fault overloaded@3x2); may be repeated",
     )
+    parser.add_argument("--log-requests", metavar="FILE", default=None,
+                        help="append one JSON line per request received (method, path, "
+                             "headers, body; keys and tokens masked) to FILE")
     parser.set_defaults(func=run)
 
 
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
     script = load_script(args.script) if args.script else None
     faults = [parse_fault(f) for f in getattr(args, "fault", [])]
     emulator = Emulator(args.profile, window=args.window, script=script, port=args.port,
-                        faults=faults)
+                        faults=faults, log_requests=getattr(args, "log_requests", None))
     try:
         base_url = emulator.start()
     except OSError as exc:

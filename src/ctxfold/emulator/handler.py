@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
@@ -24,8 +25,13 @@ class Processor(Protocol):
 
     stopping: threading.Event
 
-    def process(self, path: str, raw: bytes) -> Outcome:
+    def process(self, path: str, raw: bytes,
+                headers: Mapping[str, str] | None = None) -> Outcome:
         """The outcome of one ``POST`` to ``path`` with body ``raw``."""
+        ...
+
+    def models(self, path: str, headers: Mapping[str, str] | None = None) -> Outcome:
+        """The outcome of one ``GET`` of ``path`` (``/v1/models``)."""
         ...
 
 
@@ -44,14 +50,14 @@ class Handler(BaseHTTPRequestHandler):
         """Silence the default stderr access log (tests and the CLI stay quiet)."""
 
     def do_GET(self) -> None:
-        self._send_json(404, {"error": {"message": f"no GET route {self.path!r}; the emulator "
-                                        "serves POST chat/completions or responses",
-                                        "type": "invalid_request_error"}})
+        outcome = self.emulator.models(self.path.split("?", 1)[0], dict(self.headers.items()))
+        self._send_json(outcome.status, outcome.json_body)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        outcome = self.emulator.process(self.path.split("?", 1)[0], raw)
+        outcome = self.emulator.process(self.path.split("?", 1)[0], raw,
+                                        dict(self.headers.items()))
         fault = outcome.fault
         try:
             if fault is not None and fault.kind == "slow":

@@ -34,12 +34,13 @@ PROFILES = tuple(PROVIDER_DEFAULTS)
 class EmulatorOptions:
     """The emulator provider's own options (``ProviderOptions.plugin``): the profile to
     imitate instead of ``[provider] profile``, a token ``counter``, a reply ``script`` and
-    ``faults`` to inject."""
+    ``faults`` to inject; ``log_requests``, a file for the masked request log."""
 
     profile: str = ""
     counter: Callable[[str], int] | None = None
     script: Sequence[ReplySpec] | None = None
     faults: Sequence[Fault] | None = None
+    log_requests: str | None = None
 
 
 class EmulatedProvider:
@@ -118,6 +119,7 @@ def create(context: StrategyContext[ProviderOptions]) -> EmulatedProvider:
         script=own.script,
         faults=own.faults,
         clock=opts.clock,
+        log_requests=own.log_requests,
     )
     base_url = emulator.start()
     atexit.register(emulator.stop)

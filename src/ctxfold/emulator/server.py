@@ -10,8 +10,10 @@ so tests can count requests on the server side.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -22,12 +24,16 @@ from ctxfold.emulator.faults import Fault, FaultPlan
 from ctxfold.emulator.handler import Handler
 from ctxfold.emulator.profiles import Profile, get_profile
 from ctxfold.emulator.records import Outcome, RequestRecord
+from ctxfold.emulator.request_log import RequestLog
 from ctxfold.emulator.script import Script, ScriptRunner
 from ctxfold.emulator.tokens import assistant_body, encode_segments, request_segments, token_source
 from ctxfold.emulator.wire_chat import Accounting, WireError
+from ctxfold.kernel.types import Message
 
 CHAT_PATHS = ("/chat/completions", "/v1/chat/completions")
 RESPONSES_PATHS = ("/responses", "/v1/responses")
+#: How many stored Responses ``previous_response_id`` can name (oldest forgotten first).
+STORED_RESPONSES = 1024
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -47,7 +53,9 @@ class Emulator:
     ``profile``: ``deepseek`` | ``mimo`` | ``responses`` or a :class:`Profile`; ``window``
     overrides its context window; ``counter``: ``counter(text) -> int`` or an object with
     ``encode(text) -> ids`` (default: the DeepSeek tokenizer); ``clock``: seconds, for cache
-    TTL and ``created`` stamps; ``script``: replies; ``faults``: :class:`Fault` rules.
+    TTL and ``created`` stamps; ``script``: replies; ``faults``: :class:`Fault` rules;
+    ``log_requests``: a file that gets one masked JSON line per request
+    (:mod:`ctxfold.emulator.request_log`).
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class Emulator:
         script: Script | None = None,
         faults: Iterable[Fault] | None = None,
         port: int = 0,
+        log_requests: str | os.PathLike[str] | None = None,
     ) -> None:
         self.profile = get_profile(profile, window)
         self.clock: Callable[[], float] = clock or time.time
@@ -72,6 +81,9 @@ class Emulator:
         self.faults = FaultPlan(tuple(faults or ()))
         self.requests: list[RequestRecord] = []
         self._script = ScriptRunner(script)
+        self.log = RequestLog(log_requests) if log_requests is not None else None
+        # Stored Responses (store is true by default), for previous_response_id; bounded.
+        self._stored: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
         self._port = port
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -132,8 +144,10 @@ class Emulator:
 
     # -- request processing (transport-independent) ---------------------------------------------
 
-    def process(self, path: str, raw: bytes) -> Outcome:
-        """Answer one request: pick its fault, parse, account, reply. Thread-safe."""
+    def process(self, path: str, raw: bytes,
+                headers: Mapping[str, str] | None = None) -> Outcome:
+        """Answer one request: pick its fault, parse, account, reply. Thread-safe.
+        ``headers`` only reach the request log (masked)."""
         with self._lock:
             index = len(self.requests)
             self.requests.append(RequestRecord(index=index, path=path, body={}, status=0))
@@ -142,7 +156,36 @@ class Emulator:
         if outcome.record is not None:
             with self._lock:
                 self.requests[index] = outcome.record
+        if self.log is not None:
+            self.log.write(index=index, method="POST", path=path, status=outcome.status,
+                           headers=headers or {}, raw=raw)
         return outcome
+
+    def models(self, path: str, headers: Mapping[str, str] | None = None) -> Outcome:
+        """``GET /v1/models``: the profile's model, in the OpenAI list shape."""
+        if path.rstrip("/") not in ("/models", "/v1/models"):
+            outcome = Outcome(404, {"error": {
+                "message": f"no GET route {path!r}; the emulator serves GET /v1/models and "
+                           "POST chat/completions or responses",
+                "type": "invalid_request_error", "param": None, "code": None}})
+        else:
+            model = {"id": self.profile.model, "object": "model", "created": 0,
+                     "owned_by": f"ctxfold-emulator ({self.profile.name})"}
+            outcome = Outcome(200, {"object": "list", "data": [model]})
+        if self.log is not None:
+            self.log.write(index=-1, method="GET", path=path, status=outcome.status,
+                           headers=headers or {}, raw=b"")
+        return outcome
+
+    def _previous(self, response_id: str) -> tuple[Message, ...] | None:
+        with self._lock:
+            return self._stored.get(response_id)
+
+    def _store(self, response_id: str, conversation: tuple[Message, ...]) -> None:
+        with self._lock:
+            self._stored[response_id] = conversation
+            while len(self._stored) > STORED_RESPONSES:
+                self._stored.popitem(last=False)
 
     def _record(self, index: int, path: str, body: Mapping[str, Any], status: int,
                 fault: Fault | None, **fields: Any) -> RequestRecord:
@@ -190,7 +233,7 @@ class Emulator:
                   fault: Fault | None) -> Outcome:
         profile = self.profile
         responses = profile.wire == "responses"
-        parsed = (wire_responses.parse_responses(profile, body) if responses
+        parsed = (wire_responses.parse_responses(profile, body, self._previous) if responses
                   else wire_chat.parse_chat(profile, body))
         input_ids = encode_segments(self.tokens, request_segments(parsed.messages, parsed.tools))
         prompt = len(input_ids)
@@ -222,6 +265,8 @@ class Emulator:
         acc = Accounting(prompt=prompt, hit=result.hit_tokens, completion=len(output_ids),
                          reasoning=reasoning)
         if responses:
+            if body.get("store", True) is not False:
+                self._store(f"resp_{response_id}", (*parsed.conversation, reply.message()))
             usage = wire_responses.usage_dict(acc)
             if parsed.stream:
                 events: list[str] = list(wire_responses.responses_stream(

@@ -69,6 +69,10 @@ class ParsedRequest:
     max_output: int | None
     cache_scope: str
     prompt_cache_key: str | None = None
+    #: Responses: the history without ``instructions`` (what a stored response keeps) and
+    #: the request fields the response object repeats.
+    conversation: tuple[Message, ...] = ()
+    echo: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 def error_body(profile: Profile, status: int, message: str, *, err_type: str,
@@ -102,10 +106,13 @@ def parse_chat(profile: Profile, body: Mapping[str, Any]) -> ParsedRequest:
         # providers.md §0.5: stream_options without stream:true is a 400 on DeepSeek.
         raise bad("stream_options should be set along with stream = true", "stream_options")
     include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-    field = "max_completion_tokens" if profile.usage_style == "mimo" else "max_tokens"
+    # Each profile's own field first, the other as a fallback: OpenAI-SDK based clients
+    # (the Agents SDK, LiteLLM) send max_completion_tokens to DeepSeek too (docs/emulator.md).
+    field, other = (("max_completion_tokens", "max_tokens") if profile.usage_style == "mimo"
+                    else ("max_tokens", "max_completion_tokens"))
     max_output = body.get(field)
-    if max_output is None and profile.usage_style == "mimo":
-        max_output = body.get("max_tokens")
+    if max_output is None and body.get(other) is not None:
+        field, max_output = other, body.get(other)
     if max_output is not None and (not isinstance(max_output, int) or max_output < 1):
         raise bad(f"{field} must be a positive integer, got {max_output!r}", field)
     return ParsedRequest(

@@ -1,6 +1,7 @@
 """OpenAI Responses wire format (providers.md §3.1, §3.3–§3.5, §0.4, §0.5).
 
 Input items become :class:`~ctxfold.kernel.types.Message` s (``instructions`` → system,
+a stored response named by ``previous_response_id`` → the messages before the input,
 ``message`` items by role, ``function_call`` → a tool call on the assistant message,
 ``function_call_output`` → a tool message; reasoning items are opaque and ignored). Usage sits
 in ``response.usage`` and, when streaming, only in the terminal ``response.completed`` /
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ctxfold.emulator.profiles import Profile
@@ -20,6 +21,9 @@ from ctxfold.emulator.script import ReplySpec
 from ctxfold.emulator.wire_chat import Accounting, ParsedRequest, WireError, pieces
 from ctxfold.interop.chat import tool_schema_from_openai
 from ctxfold.kernel.types import Message, ToolCall
+
+#: ``previous(response_id)``: the conversation a stored response ended with, or ``None``.
+Previous = Callable[[str], "tuple[Message, ...] | None"]
 
 OVERFLOW = {
     "type": "invalid_request_error",
@@ -48,12 +52,9 @@ def _text(content: Any, where: str) -> str:
 
 def _messages(body: Mapping[str, Any]) -> list[Message]:
     out: list[Message] = []
-    instructions = body.get("instructions")
-    if instructions:
-        out.append(Message(role="system", content=str(instructions)))
     items = body.get("input")
     if isinstance(items, str):
-        return [*out, Message(role="user", content=items)]
+        return [Message(role="user", content=items)]
     if not isinstance(items, list):
         raise _bad("input must be a string or a list of input items", "input")
     for i, item in enumerate(items):
@@ -83,11 +84,31 @@ def _messages(body: Mapping[str, Any]) -> list[Message]:
     return out
 
 
-def parse_responses(profile: Profile, body: Mapping[str, Any]) -> ParsedRequest:
-    """Validate and read a ``POST /responses`` body."""
-    messages = _messages(body)
-    if not messages:
+def parse_responses(profile: Profile, body: Mapping[str, Any],
+                    previous: Previous | None = None) -> ParsedRequest:
+    """Validate and read a ``POST /responses`` body. ``previous(id)`` is the conversation
+    a stored response ended with (``None``: unknown), for ``previous_response_id``: it comes
+    before this request's input; the previous ``instructions`` are not carried over."""
+    if body.get("conversation") is not None:
+        raise _bad("the emulator keeps no conversations: chain with previous_response_id "
+                   "or send the whole history in input", "conversation")
+    earlier: tuple[Message, ...] = ()
+    previous_id = body.get("previous_response_id")
+    if previous_id is not None:
+        found = previous(str(previous_id)) if previous is not None else None
+        if found is None:
+            raise WireError(400, {"error": {
+                "message": f"Previous response with id '{previous_id}' not found.",
+                "type": "invalid_request_error", "param": "previous_response_id",
+                "code": "previous_response_not_found"}})
+        earlier = tuple(found)
+    new = _messages(body)
+    if not new:
         raise _bad("input must not be empty", "input")
+    conversation = (*earlier, *new)
+    instructions = body.get("instructions")
+    head = (Message(role="system", content=str(instructions)),) if instructions else ()
+    messages = (*head, *conversation)
     tools = tuple(tool_schema_from_openai(t) for t in body.get("tools") or ()
                   if isinstance(t, Mapping) and t.get("type", "function") == "function")
     max_output = body.get("max_output_tokens")
@@ -99,7 +120,27 @@ def parse_responses(profile: Profile, body: Mapping[str, Any]) -> ParsedRequest:
         messages=tuple(messages), tools=tools, model=str(body.get("model") or profile.model),
         stream=bool(body.get("stream", False)), include_usage=True, max_output=max_output,
         cache_scope="", prompt_cache_key=None if key is None else str(key),
+        conversation=conversation, echo=_echo(body),
     )
+
+
+def _echo(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request fields the real response object repeats, with the API's defaults."""
+    return {
+        "instructions": body.get("instructions"),
+        "previous_response_id": body.get("previous_response_id"),
+        "tools": list(body.get("tools") or []),
+        "tool_choice": body.get("tool_choice", "auto"),
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "store": body.get("store", True),
+        "temperature": body.get("temperature", 1.0),
+        "top_p": body.get("top_p", 1.0),
+        "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+        "truncation": body.get("truncation", "disabled"),
+        "metadata": body.get("metadata") or {},
+        "user": body.get("user"),
+    }
 
 
 def cache_scope(parsed: ParsedRequest, ids: list[int]) -> str:
@@ -151,6 +192,7 @@ def response_object(parsed: ParsedRequest, reply: ReplySpec, acc: Accounting | N
         "incomplete_details": {"reason": "max_output_tokens"}
         if status == "incomplete" else None,
         "max_output_tokens": parsed.max_output, "prompt_cache_key": parsed.prompt_cache_key,
+        **parsed.echo,
         "output": _items(reply, response_id) if with_output else [],
         "usage": usage_dict(acc) if acc is not None else None,
     }
@@ -180,6 +222,8 @@ def responses_stream(parsed: ParsedRequest, reply: ReplySpec, acc: Accounting, *
         opened = {**item, "status": "in_progress"}
         if item["type"] == "message":
             opened["content"] = []
+        elif item["type"] == "function_call":
+            opened["arguments"] = ""  # as the real API: the arguments come as deltas
         yield event("response.output_item.added", {"output_index": index, "item": opened})
         if item["type"] == "message":
             part = {"type": "output_text", "text": "", "annotations": []}

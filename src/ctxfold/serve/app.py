@@ -1,0 +1,166 @@
+"""The proxy's HTTP face, a Starlette application: ``POST /v1/chat/completions``, ``POST
+/v1/responses`` (streaming or not), ``GET /v1/models`` and ``GET /healthz``.
+
+Every answer carries ``X-Ctxfold-Session`` (the session the history now lives in) and,
+when a model was asked, ``X-Ctxfold-Action`` / ``X-Ctxfold-Projection-Version`` (what
+ctxfold's ``prepare()`` did). Failures are OpenAI-shaped: the provider's own status and body
+when it refused, else ``{"error": {...}}`` naming what failed. Nothing of a request's
+headers is logged, stored or echoed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ctxfold.kernel.errors import CtxfoldError
+from ctxfold.secrets import redact_text
+from ctxfold.serve.client_request import Wire, parse_request
+from ctxfold.serve.errors import ServeError, error_answer, error_envelope
+from ctxfold.serve.exchange import Exchange
+from ctxfold.serve.proxy import Proxy
+from ctxfold.serve.sessions import SESSION_HEADER
+
+log = logging.getLogger("ctxfold.serve")
+
+
+class _Stream(StreamingResponse):
+    """A streaming answer whose body is always closed — its ``finally`` releases the
+    session — even when the client went away between two chunks."""
+
+    def __init__(self, body: AsyncIterator[str], *, headers: dict[str, str],
+                 done: Callable[[], None]) -> None:
+        super().__init__(body, headers=headers, media_type="text/event-stream")
+        self._body = body
+        self._done = done
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._body.aclose()  # type: ignore[attr-defined]
+            self._done()
+
+
+def _state(exchange: Exchange) -> dict[str, str]:
+    first = exchange.first
+    if first is None:
+        return {}
+    action = next((a for a in exchange.actions if a != "none"), "none")
+    return {"X-Ctxfold-Action": action,
+            "X-Ctxfold-Projection-Version": str(first.projection_version)}
+
+
+def _denied() -> JSONResponse:
+    return JSONResponse(error_envelope(
+        "missing or wrong proxy key: send 'Authorization: Bearer <key>' with the key this "
+        "ctxfold serve was started with", kind="authentication_error",
+        code="invalid_api_key"), status_code=401)
+
+
+def _no_key(proxy: Proxy) -> JSONResponse:
+    variable = proxy.upstream.settings.api_key_env
+    where = f"${variable} is not set where ctxfold serve runs" if variable else \
+        "no key is configured"
+    return JSONResponse(error_envelope(
+        f"no key for the upstream provider {proxy.upstream.name!r}: {where}, and the request "
+        "sent no 'Authorization: Bearer <key>' to forward; send the provider key, or set "
+        "the variable before starting ctxfold serve", kind="authentication_error",
+        code="missing_api_key"), status_code=401)
+
+
+async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
+    started = time.perf_counter()
+    authorization = request.headers.get("authorization")
+    if not proxy.check_key(authorization):
+        return _denied()
+    forwarded = proxy.forwarded_key(authorization)
+    if forwarded is None and proxy.upstream.needs_key():
+        return _no_key(proxy)
+    locks: AsyncExitStack | None = AsyncExitStack()
+    session_id = ""
+    exchange: Exchange | None = None
+
+    def done(status: int) -> None:
+        rounds = exchange.rounds if exchange else 0
+        action = _state(exchange).get("X-Ctxfold-Action", "-") if exchange else "-"
+        log.info("%s session=%s rounds=%d action=%s status=%d %.1fms", wire,
+                 session_id or "-", rounds, action, status,
+                 (time.perf_counter() - started) * 1000)
+
+    try:
+        try:
+            body: Any = json.loads(await request.body())
+        except ValueError:
+            raise ServeError("the request body is not JSON") from None
+        client = parse_request(wire, body)
+        session_id = proxy.session_for(request.headers.get(SESSION_HEADER), client)
+        assert locks is not None
+        session_id, cm = await proxy.route(session_id, client, locks)
+        exchange = Exchange(cm, client, proxy.upstream, forwarded=forwarded,
+                            max_rounds=proxy.settings.max_rounds)
+        headers = {"X-Ctxfold-Session": session_id}
+        if client.stream:
+            await exchange.open_stream()
+            stream, locks = exchange.stream(locks), None  # the stream releases the locks
+            return _Stream(stream, headers={**headers, **_state(exchange)},
+                           done=lambda: done(200))
+        payload = await exchange.complete()
+        done(200)
+        return JSONResponse(payload, headers={**headers, **_state(exchange)})
+    except CtxfoldError as exc:
+        status, payload = error_answer(exc, forwarded)
+        done(status)
+        log.warning("%s session=%s refused: %s", wire, session_id or "-",
+                    redact_text(str(exc), forwarded))
+        return JSONResponse(payload, status_code=status,
+                            headers={"X-Ctxfold-Session": session_id} if session_id else {})
+    finally:
+        if locks is not None:
+            await locks.aclose()
+
+
+def create_app(proxy: Proxy) -> Starlette:
+    """The ASGI application of ``proxy``."""
+
+    async def chat(request: Request) -> Response:
+        return await _answer(proxy, "chat", request)
+
+    async def responses(request: Request) -> Response:
+        return await _answer(proxy, "responses", request)
+
+    async def models(request: Request) -> Response:
+        if not proxy.check_key(request.headers.get("authorization")):
+            return _denied()
+        model = {"id": proxy.upstream.model, "object": "model", "created": 0,
+                 "owned_by": f"ctxfold serve ({proxy.upstream.name})"}
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def healthz(_request: Request) -> Response:
+        return JSONResponse({"status": "ok", "provider": proxy.upstream.name,
+                             "wire": proxy.upstream.wire, "sessions_open": len(proxy.pool)})
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await proxy.upstream.aclose()
+
+    routes = [Route(f"{prefix}/chat/completions", chat, methods=["POST"])
+              for prefix in ("/v1", "")]
+    routes += [Route(f"{prefix}/responses", responses, methods=["POST"])
+               for prefix in ("/v1", "")]
+    routes += [Route("/v1/models", models, methods=["GET"]),
+               Route("/healthz", healthz, methods=["GET"])]
+    return Starlette(routes=routes, lifespan=lifespan)

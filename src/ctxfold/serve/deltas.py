@@ -1,0 +1,182 @@
+"""What one upstream answer adds, as it arrives: text, reasoning, tool-call starts and
+argument fragments — the same four kinds from either wire format, so one renderer per
+*client* format serves any upstream.
+
+The provider's own stream assembler (its translator's) is fed the same events first: it
+raises the typed error of an in-stream failure and assembles the message that enters the
+transcript; these parsers only say what to forward.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ctxfold.kernel.types import Message, SseEvent
+
+
+@attrs.frozen
+class Text:
+    """Answer text."""
+
+    text: str
+
+
+@attrs.frozen
+class Reasoning:
+    """Reasoning text (DeepSeek ``reasoning_content``, a Responses reasoning summary)."""
+
+    text: str
+
+
+@attrs.frozen
+class CallStart:
+    """A tool call begins; ``key`` tells its fragments apart within one upstream answer."""
+
+    key: Any
+    call_id: str
+    name: str
+
+
+@attrs.frozen
+class CallArgs:
+    """A fragment of a tool call's JSON arguments."""
+
+    key: Any
+    text: str
+
+
+Delta = Text | Reasoning | CallStart | CallArgs
+
+
+def message_deltas(message: Message) -> list[Delta]:
+    """The deltas of a whole assembled message (a non-streaming answer)."""
+    out: list[Delta] = []
+    if message.reasoning_content:
+        out.append(Reasoning(message.reasoning_content))
+    if message.content:
+        out.append(Text(message.content))
+    for i, call in enumerate(message.tool_calls):
+        out.append(CallStart(i, call.id, call.name))
+        if call.arguments:
+            out.append(CallArgs(i, call.arguments))
+    return out
+
+
+class ChatDeltas:
+    """Deltas of a Chat Completions stream. A call is started once its name is known (the
+    proxy must know whether it is ``use_capability`` before forwarding anything of it)."""
+
+    def __init__(self) -> None:
+        self._calls: dict[Any, dict[str, Any]] = {}
+
+    def feed(self, event: SseEvent) -> list[Delta]:
+        data = event.data.strip()
+        if not data or data == "[DONE]":
+            return []
+        chunk = json.loads(data)
+        out: list[Delta] = []
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                out.append(Reasoning(str(delta["reasoning_content"])))
+            if delta.get("content"):
+                out.append(Text(str(delta["content"])))
+            for position, frag in enumerate(delta.get("tool_calls") or ()):
+                out.extend(self._fragment(frag.get("index", position), frag))
+        return out
+
+    def _fragment(self, key: Any, frag: Mapping[str, Any]) -> list[Delta]:
+        slot = self._calls.setdefault(key, {"id": "", "name": "", "args": [], "started": False})
+        fn = frag.get("function") or {}
+        slot["id"] = slot["id"] or str(frag.get("id") or "")
+        slot["name"] = slot["name"] or str(fn.get("name") or "")
+        if fn.get("arguments"):
+            slot["args"].append(str(fn["arguments"]))
+        return self._release(key, slot) if slot["started"] or slot["name"] else []
+
+    def _release(self, key: Any, slot: dict[str, Any]) -> list[Delta]:
+        out: list[Delta] = []
+        if not slot["started"]:
+            slot["started"] = True
+            out.append(CallStart(key, slot["id"], slot["name"]))
+        if slot["args"]:
+            out.append(CallArgs(key, "".join(slot["args"])))
+            slot["args"] = []
+        return out
+
+    def finish(self) -> list[Delta]:
+        """Calls whose name never came, at the end of the answer."""
+        return [d for key, slot in self._calls.items() if not slot["started"]
+                for d in self._release(key, slot)]
+
+
+class ResponsesDeltas:
+    """Deltas of a Responses event stream; a finished item stands in for deltas that were
+    never sent for it (an item may arrive whole in ``response.output_item.done``)."""
+
+    def __init__(self) -> None:
+        self._streamed: set[Any] = set()
+        self._calls: set[Any] = set()
+
+    def feed(self, event: SseEvent) -> list[Delta]:
+        data = event.data.strip()
+        if not data or data == "[DONE]":
+            return []
+        payload = json.loads(data)
+        kind = payload.get("type") or event.event
+        key = payload.get("output_index", payload.get("item_id"))
+        delta = str(payload.get("delta") or "")
+        if kind == "response.output_text.delta" and delta:
+            self._streamed.add(key)
+            return [Text(delta)]
+        if kind in ("response.reasoning_text.delta",
+                    "response.reasoning_summary_text.delta") and delta:
+            self._streamed.add(key)
+            return [Reasoning(delta)]
+        if kind == "response.function_call_arguments.delta" and delta:
+            self._streamed.add(key)
+            return [*self._start(key, payload.get("item")), CallArgs(key, delta)]
+        if kind == "response.output_item.added":
+            return self._start(key, payload.get("item"))
+        if kind == "response.output_item.done":
+            return self._done(key, payload.get("item"))
+        return []
+
+    def _start(self, key: Any, item: Any) -> list[Delta]:
+        if key in self._calls or not isinstance(item, Mapping) \
+                or item.get("type") != "function_call":
+            return []
+        self._calls.add(key)
+        return [CallStart(key, str(item.get("call_id") or ""), str(item.get("name") or ""))]
+
+    def _done(self, key: Any, item: Any) -> list[Delta]:
+        if not isinstance(item, Mapping) or key in self._streamed:
+            return []
+        kind = item.get("type")
+        if kind == "function_call":
+            args = str(item.get("arguments") or "")
+            return [*self._start(key, item), *([CallArgs(key, args)] if args else [])]
+        if kind == "message":
+            text = "".join(str(p.get("text") or "") for p in item.get("content") or ()
+                           if isinstance(p, Mapping) and p.get("type") == "output_text")
+            return [Text(text)] if text else []
+        if kind == "reasoning":
+            parts = [*(item.get("summary") or ()), *(item.get("content") or ())]
+            text = "".join(str(p.get("text") or "") for p in parts if isinstance(p, Mapping))
+            return [Reasoning(text)] if text else []
+        return []
+
+    def finish(self) -> list[Delta]:
+        """Nothing is held back in this format."""
+        return []
+
+
+def parser_for(wire: str) -> ChatDeltas | ResponsesDeltas:
+    """A fresh parser for one upstream answer in ``wire`` format."""
+    return ResponsesDeltas() if wire == "responses" else ChatDeltas()

@@ -1,0 +1,156 @@
+"""The configured provider as the proxy's upstream, and the body the proxy sends it.
+
+The upstream is the provider ``[provider] name`` selects (any built-in or plugin built with
+``build_http_provider``; the in-process emulator by default). The proxy talks to it with
+ctxfold's own async transport — the same endpoint, key rule, retries, timeouts, SSE parsing
+and typed errors as ``cm.acomplete`` — but sends its own body: the client's request with
+the history replaced by ctxfold's view (see :meth:`Upstream.body`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+
+from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.kernel.contracts import Provider
+from ctxfold.kernel.errors import ConfigError
+from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
+from ctxfold.transport.aclient import AsyncEventStream, AsyncHttpClient
+from ctxfold.transport.provider import HttpProvider, serialize_body
+from ctxfold.transport.settings import JsonResult
+
+#: Fields both wire formats read alike, passed on when the client's format differs.
+_COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_calls", "user",
+                     "metadata", "service_tier"})
+
+
+def http_provider_of(provider: Provider) -> HttpProvider:
+    """The :class:`~ctxfold.HttpProvider` behind ``provider`` (the emulator wraps one)."""
+    inner = getattr(provider, "inner", provider)
+    if not isinstance(inner, HttpProvider):
+        raise ConfigError(
+            f"provider {getattr(provider, 'name', type(provider).__name__)!r} is not an HTTP "
+            "provider: ctxfold serve streams through ctxfold's transport, so the provider "
+            "plugin must be built with ctxfold.build_http_provider")
+    return inner
+
+
+def _tool_choice(value: Any, target: Wire) -> Any:
+    if not isinstance(value, Mapping) or value.get("type") != "function":
+        return value
+    name = value.get("name") or (value.get("function") or {}).get("name")
+    return {"type": "function", "name": name} if target == "responses" else {
+        "type": "function", "function": {"name": name}}
+
+
+def translate_fields(fields: Mapping[str, Any], target: Wire) -> dict[str, Any]:
+    """The client's fields for the other wire format: the common ones as they are, the
+    output budget, reasoning effort and ``tool_choice`` converted, the rest left out."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key in _COMMON:
+            out[key] = value
+        elif key == "tool_choice":
+            out[key] = _tool_choice(value, target)
+        elif target == "responses" and key in ("max_tokens", "max_completion_tokens"):
+            out["max_output_tokens"] = value
+        elif target == "responses" and key == "reasoning_effort":
+            out["reasoning"] = {"effort": value}
+        elif target == "chat" and key == "max_output_tokens":
+            out["max_tokens"] = value
+        elif target == "chat" and key == "reasoning" and isinstance(value, Mapping) \
+                and value.get("effort"):
+            out["reasoning_effort"] = value["effort"]
+    return out
+
+
+class Upstream:
+    """Where the proxy sends its requests. ``on_request`` sees the exact bytes of each
+    body before it is sent (tests compare them between turns)."""
+
+    def __init__(self, provider: Provider, *,
+                 on_request: Callable[[bytes], None] | None = None) -> None:
+        inner = http_provider_of(provider)
+        self.provider = provider
+        self.name = str(getattr(provider, "name", inner.name))
+        self.path = inner.translator.path
+        self.translator = inner.translator
+        self.wire: Wire = "responses" if self.path.rstrip("/").endswith("/responses") \
+            else "chat"
+        self.model = inner.model
+        self.settings = inner.http.settings
+        self.on_request = on_request
+        # The provider's own factory keeps its seams (an async transport, clock, sleep).
+        self._make: Callable[[], AsyncHttpClient] | None = getattr(inner, "_make_async", None)
+        self._client: AsyncHttpClient | None = None
+
+    def has_key(self) -> bool:
+        """Whether a key is configured (read now: a rotated variable takes effect)."""
+        s = self.settings
+        return bool(s.api_key if s.api_key is not None else os.environ.get(s.api_key_env))
+
+    def needs_key(self) -> bool:
+        """Whether a request must bring a key: the provider needs one and has none."""
+        return self.settings.require_key and not self.has_key()
+
+    def _http(self, forwarded: str | None) -> AsyncHttpClient:
+        if self._client is None:  # created in the server's event loop, which then owns it
+            self._client = self._make() if self._make else AsyncHttpClient(self.settings)
+        if forwarded is None or self.has_key():
+            return self._client
+        clone = copy.copy(self._client)  # same connection pool, the client's key
+        clone.settings = attrs.evolve(self.settings, api_key=forwarded)
+        return clone
+
+    def body(self, request: ClientRequest, prepared: PreparedRequest, *,
+             cache_key: str) -> dict[str, Any]:
+        """The upstream body: ``model``, then the view (``messages`` or ``input``), then the
+        client's other fields in its order — ``tools`` replaced by the view's tools (the
+        client's, then ``use_capability``), usage asked for on a chat stream, the session's
+        ``prompt_cache_key`` on Responses unless the client set one. The view right after
+        ``model`` makes every body extend the previous one's bytes between installs."""
+        view = prepared.to_openai() if self.wire == "chat" else prepared.to_responses()
+        field = HISTORY_FIELD[self.wire]
+        body: dict[str, Any] = {"model": request.model or self.model, field: view[field]}
+        fields = request.fields if request.wire == self.wire else translate_fields(
+            request.fields, self.wire)
+        for key, value in fields.items():
+            body[key] = view.get("tools", []) if key == "tools" else value
+        if "tools" not in body and view.get("tools"):
+            body["tools"] = view["tools"]
+        if self.wire == "chat" and request.stream:
+            options = body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, Mapping) else {}),
+                                      "include_usage": True}
+        if self.wire == "responses" and cache_key and not body.get("prompt_cache_key"):
+            body["prompt_cache_key"] = cache_key
+        return body
+
+    def _observe(self, body: Mapping[str, Any]) -> None:
+        if self.on_request is not None:
+            self.on_request(serialize_body(body))
+
+    async def post(self, body: Mapping[str, Any], forwarded: str | None) -> JsonResult:
+        """POST a non-streaming body; typed :class:`~ctxfold.ProviderError` on failure."""
+        self._observe(body)
+        return await self._http(forwarded).post_json(self.path, body)
+
+    @asynccontextmanager
+    async def stream(self, body: Mapping[str, Any],
+                     forwarded: str | None) -> AsyncIterator[AsyncEventStream]:
+        """POST a streaming body; entering returns once the response headers arrived."""
+        self._observe(body)
+        async with self._http(forwarded).stream_events(self.path, body) as events:
+            yield events
+
+    async def aclose(self) -> None:
+        """Close the connection pool (from the loop that used it)."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

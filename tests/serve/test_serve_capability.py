@@ -1,0 +1,121 @@
+"""``use_capability`` through the proxy: offered with a stable schema, answered by the proxy
+itself, never seen by the client — streaming or not, chat or Responses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from tests.serve.conftest import BASH, BASH_RESPONSES, call, log_text
+from tests.serve.test_serve_chat import assemble
+from tests.serve.test_serve_responses import final_response
+
+import ctxfold
+from ctxfold.emulator import ReplySpec
+from ctxfold.kernel.tool_results import result_ref
+from ctxfold.serve.sessions import USE_CAPABILITY
+
+
+def capability(call_id: str, **arguments: Any) -> ReplySpec:
+    return call(call_id, USE_CAPABILITY, **(arguments or {"action": "list"}))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_proxy_answers_use_capability_and_the_client_never_sees_it(serve,
+                                                                       stream: bool) -> None:
+    served = serve(script=[capability("cap_1"), ReplySpec(text="I looked it up.")])
+    history: list[dict[str, Any]] = [{"role": "user", "content": "what can you do?"}]
+    body = {"model": "m", "messages": history, "tools": [BASH]}
+    if stream:
+        response, events = served.stream("/chat/completions", body)
+        message = assemble(events)
+        assert not any("tool_calls" in d["choices"][0]["delta"] for _n, d in events
+                       if d != "[DONE]" and d["choices"])
+        finish = [d["choices"][0]["finish_reason"] for _n, d in events
+                  if d != "[DONE]" and d["choices"] and d["choices"][0]["finish_reason"]]
+    else:
+        response = served.post("/chat/completions", body)
+        message = response.json()["choices"][0]["message"]
+        finish = [response.json()["choices"][0]["finish_reason"]]
+    assert message == {"role": "assistant", "content": "I looked it up."}
+    assert finish == ["stop"]
+    # Two upstream rounds: the second carries the call and the proxy's answer.
+    assert len(served.bodies) == 2
+    second = json.loads(served.bodies[1])["messages"]
+    assert second[-2]["tool_calls"][0]["function"]["name"] == USE_CAPABILITY
+    assert second[-1]["role"] == "tool" and "session:tool_result" in second[-1]["content"]
+    # The client's next turn continues the session: the hidden exchange is no divergence.
+    session = response.headers["x-ctxfold-session"]
+    history += [message, {"role": "user", "content": "thanks"}]
+    again = served.post("/chat/completions", {"model": "m", "messages": history,
+                                               "tools": [BASH]})
+    assert again.headers["x-ctxfold-session"] == session
+    assert [m.role for m in served.canonical(session)] == [
+        "user", "assistant", "tool", "assistant", "user", "assistant"]
+
+
+def test_the_model_pages_a_bounded_tool_result_through_the_proxy(serve) -> None:
+    huge = log_text(60_000, "build")
+    args = {"action": "call", "capability_id": "session:tool_result",
+            "arguments": {"tool_call_id": "c1", "result_ref": result_ref("c1", huge),
+                          "offset": 40_000, "limit": 2000}}
+    served = serve(script=[call("c1"), capability("cap_1", **args), ReplySpec(text="seen")])
+    history: list[dict[str, Any]] = [{"role": "user", "content": "build it"}]
+    first = served.post("/chat/completions", {"model": "m", "messages": history,
+                                               "tools": [BASH]})
+    history += [first.json()["choices"][0]["message"],
+                {"role": "tool", "tool_call_id": "c1", "content": huge}]
+    second = served.post("/chat/completions", {"model": "m", "messages": history,
+                                                "tools": [BASH]})
+    assert second.json()["choices"][0]["message"]["content"] == "seen"
+    page = json.loads(served.bodies[-1])["messages"][-1]["content"]
+    assert huge.encode()[40_000:41_000].decode() in page  # the text the bound had cut
+
+
+def test_with_a_client_call_beside_it_only_the_client_call_reaches_the_client(serve) -> None:
+    both = ReplySpec(text="", tool_calls=(
+        ctxfold.ToolCall(id="cap_1", name=USE_CAPABILITY, arguments='{"action":"list"}'),
+        ctxfold.ToolCall(id="c1", name="bash", arguments='{"command":"ls"}')))
+    served = serve(script=[both, ReplySpec(text="listed")])
+    history: list[dict[str, Any]] = [{"role": "user", "content": "ls"}]
+    response, events = served.stream("/chat/completions", {"model": "m", "messages": history,
+                                                           "tools": [BASH]})
+    message = assemble(events)
+    assert [(c["id"], c["function"]["name"]) for c in message["tool_calls"]] == [("c1", "bash")]
+    assert [d["choices"][0]["delta"]["tool_calls"][0]["index"] for _n, d in events
+            if d != "[DONE]" and d["choices"] and "tool_calls" in d["choices"][0]["delta"]
+            ] == [0, 0]
+    history += [message, {"role": "tool", "tool_call_id": "c1", "content": "a b"}]
+    again = served.post("/chat/completions", {"model": "m", "messages": history,
+                                               "tools": [BASH]})
+    assert again.headers["x-ctxfold-session"] == response.headers["x-ctxfold-session"]
+    sent = json.loads(served.bodies[-1])["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
+    assert sent[2]["tool_call_id"] == "cap_1" and sent[3]["tool_call_id"] == "c1"
+
+
+def test_a_responses_client_never_sees_the_capability_item(serve) -> None:
+    served = serve("responses", script=[capability("cap_1"), ReplySpec(text="ok then")])
+    body = {"model": "gpt-5.5", "input": "hello", "tools": [BASH_RESPONSES]}
+    _response, events = served.stream("/responses", body)
+    output = final_response(events)["output"]
+    assert [i["type"] for i in output] == ["message"]
+    assert output[0]["content"][0]["text"] == "ok then"
+    assert not [d for n, d in events if n == "response.output_item.added"
+                and d["item"]["type"] == "function_call"]
+    plain = served.post("/responses", {**body, "input": "hello again"})
+    assert [i["type"] for i in plain.json()["output"]] == ["message"]
+
+
+def test_rounds_are_bounded_and_the_capability_schema_never_changes(serve) -> None:
+    served = serve(script=[capability(f"cap_{i}") for i in range(5)], max_rounds=2)
+    response = served.post("/chat/completions", {
+        "model": "m", "messages": [{"role": "user", "content": "loop"}], "tools": [BASH]})
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
+    assert len(served.bodies) == 2
+    tools = {json.dumps(json.loads(b)["tools"][-1]) for b in served.bodies}
+    assert tools == {json.dumps({"type": "function", "function": {
+        "name": USE_CAPABILITY, "description": ctxfold.USE_CAPABILITY_TOOL.description,
+        "parameters": dict(ctxfold.USE_CAPABILITY_TOOL.parameters)}})}
