@@ -22,7 +22,7 @@ from ctxfold.kernel.config import (
 )
 from ctxfold.kernel.types import SummaryRequest, SummaryResult
 
-pytest_plugins = ["ctxfold.testing"]
+pytest_plugins = ["ctxfold.testing", "tests.postgres"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = REPO_ROOT.parent / "shared" / "data" / "transcripts"

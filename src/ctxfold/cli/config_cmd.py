@@ -35,9 +35,11 @@ _HELP = {
     "summarizer.name": "llm | extractive | <plugin>",
     "summarizer.model": "Empty = the provider's model.",
     "pruner.name": "head-tail | <plugin>",
-    "store.name": "fs | <plugin>",
+    "store.name": "fs | postgres | <plugin>",
     "store.sidecar_format": "v3 | <plugin>",
     "store.path": "Session directory, relative to the working directory.",
+    "store.dsn_env": 'NAME of the environment variable holding the PostgreSQL DSN (store '
+    '"postgres").\n# Never put the DSN itself in this file.',
     "plugins.disabled": 'Plugins to block, e.g. ["estimators.tiktoken"] or an entry-point '
     "name.",
 }

@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ctxfold.cli.chat_cmd",
     "ctxfold.cli.smoke_cmd",
     "ctxfold.cli.replay_cmd",
+    "ctxfold.cli.store_cmd",
     "ctxfold.cli.serve_cmd",
 )
 

@@ -269,11 +269,14 @@ def load_config(
     config = strict_converter().structure(merged, Config)
     config = _fill_provider(config, sources, registry)
     notices: tuple[str, ...] = (_migration_notice(found, files),) if found else ()
-    if holds_a_secret_not_a_name("api_key_env", config.provider.api_key_env):
-        notices += (f"{sources.get('provider.api_key_env', 'config')}: provider.api_key_env "
-                    "holds something that is not an environment variable name (a pasted key?); "
-                    "put the variable's name there (e.g. DEEPSEEK_API_KEY) and the key in that "
-                    "variable, then remove the key from the file",)
+    for key, value, example in (
+            ("provider.api_key_env", config.provider.api_key_env, "DEEPSEEK_API_KEY"),
+            ("store.dsn_env", config.store.dsn_env, "CTXFOLD_POSTGRES_DSN")):
+        if holds_a_secret_not_a_name(key, value):
+            notices += (f"{sources.get(key, 'config')}: {key} holds something that is not an "
+                        "environment variable name (a pasted secret?); put the variable's name "
+                        f"there (e.g. {example}) and the secret in that variable, then remove "
+                        "it from the file",)
     loaded = LoadedConfig(config=config, sources=sources, notices=notices,
                           files=tuple(files.values()))
     if registry is not None:

@@ -145,6 +145,8 @@ class StoreConfig:
     name: str = "fs"
     path: str = ".ctxfold/sessions"
     sidecar_format: str = "v3"
+    #: NAME of the environment variable holding a database store's DSN (``postgres``).
+    dsn_env: str = "CTXFOLD_POSTGRES_DSN"
 
 
 @attrs.frozen

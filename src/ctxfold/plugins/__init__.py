@@ -26,6 +26,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "ctxfold.plugins.importers.claude_code_jsonl",
     "ctxfold.plugins.importers.claude_code_xml",
     "ctxfold.plugins.stores.fs",
+    "ctxfold.plugins.stores.postgres",
     "ctxfold.plugins.sidecar_v3",
     "ctxfold.plugins.policies.ctxfold_engine",
     "ctxfold.plugins.policies.append_only",

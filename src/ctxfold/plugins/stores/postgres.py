@@ -1,0 +1,329 @@
+"""The PostgreSQL store ``postgres``: many workers, on many machines, on one session.
+
+Selected with ``[store] name = "postgres"``; the DSN is read from the environment variable
+named by ``[store] dsn_env`` (default ``CTXFOLD_POSTGRES_DSN``), never from a file. It needs
+the ``postgres`` extra (psycopg 3). The schema (:mod:`.postgres_schema`) is created or
+upgraded on first use, or explicitly with ``ctxfold store migrate``.
+
+It keeps the ``fs`` store's guarantees (``docs/stores.md``): a batch is one transaction,
+so it lands whole or not at all; every mutating operation first locks the session's row, so
+operations on one session are serialized across every connection; ``replace_sidecar``
+compares and writes under that lock; ``revision`` is one indexed read. Messages are stored as
+the ``fs`` store's line text, so a ``store copy`` between the two is byte-identical.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ctxfold.kernel.errors import ConfigError, SessionError, StoreError
+from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
+from ctxfold.kernel.types import Appended, Message
+from ctxfold.plugins.stores.fs_files import projection_within
+from ctxfold.plugins.stores.fs_lines import decode_message, encode_message
+from ctxfold.plugins.stores.postgres_schema import migrate
+from ctxfold.secrets import redact_text
+from ctxfold.session_id import validate_session_id
+
+#: Seconds to wait for another worker holding a session before giving up (as ``fs``).
+LOCK_TIMEOUT = 60
+
+
+class PostgresStore:
+    """Sessions in a PostgreSQL database (one connection per store, used by one thread at a
+    time; open one store per worker process)."""
+
+    def __init__(self, dsn: str, *, connect: Any = None) -> None:
+        self._dsn = dsn
+        self._connect = connect
+        self._conn: Any = None
+        #: The schema versions before and after this store's first connection migrated it.
+        self.migrated: tuple[int, int] | None = None
+        self._lock = threading.RLock()
+        #: session → (incarnation, rewinds, revision, messages): loads fetch only new rows.
+        self._cache: dict[str, tuple[str, int, int, tuple[Message, ...]]] = {}
+
+    def __repr__(self) -> str:
+        return "PostgresStore(<dsn from the environment>)"
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            connect = self._connect
+            if connect is None:
+                import psycopg
+
+                connect = psycopg.connect
+            self._conn = connect(self._dsn, connect_timeout=10, autocommit=True)
+            self._conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}s'")
+            self.migrated = migrate(self._conn)
+        return self._conn
+
+    def migrate(self) -> tuple[int, int]:
+        """Create or upgrade the schema now (``ctxfold store migrate``); the versions before
+        and after. Any store operation does it on first use too."""
+        with self._tx("migrate the schema"):
+            pass
+        assert self.migrated is not None
+        return self.migrated
+
+    @contextmanager
+    def _tx(self, what: str) -> Iterator[Any]:
+        """A transaction (committed on success, rolled back on any error); database errors
+        become :class:`StoreError` naming ``what``, with credentials masked."""
+        import psycopg
+
+        with self._lock:
+            try:
+                conn = self._connection()
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+            except psycopg.errors.LockNotAvailable:
+                raise StoreError(f"postgres store: {what}: another worker held the session "
+                                 f"for more than {LOCK_TIMEOUT} s") from None
+            except psycopg.Error as exc:
+                raise StoreError(f"postgres store: {what} failed: "
+                                 f"{redact_text(str(exc).strip(), self._dsn)}") from None
+
+    def close(self) -> None:
+        """Close the connection (a later call reconnects)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _session(self, cur: Any, session_id: str, *, lock: bool = True) -> tuple[Any, ...]:
+        """The session's row ``(incarnation, revision, length, rewinds, batches)``, locked
+        for this transaction; :class:`SessionError` when there is none."""
+        cur.execute("SELECT incarnation::text, revision, length, rewinds, batches "
+                    "FROM ctxfold_sessions WHERE id = %s" + (" FOR UPDATE" if lock else ""),
+                    (validate_session_id(session_id),))
+        row = cur.fetchone()
+        if row is None:
+            raise SessionError(f"session {session_id!r} does not exist in the postgres store; "
+                               "check the id, or create the session first")
+        return tuple(row)
+
+    # -- transcripts -------------------------------------------------------------------------
+
+    def exists(self, session_id: str) -> bool:
+        with self._tx("exists") as cur:
+            cur.execute("SELECT 1 FROM ctxfold_sessions WHERE id = %s",
+                        (validate_session_id(session_id),))
+            return cur.fetchone() is not None
+
+    def create(self, session_id: str) -> None:
+        session_id = validate_session_id(session_id)
+        with self._tx(f"create session {session_id!r}") as cur:
+            cur.execute("INSERT INTO ctxfold_sessions (id) VALUES (%s) ON CONFLICT DO NOTHING",
+                        (session_id,))
+            if cur.rowcount == 0:
+                raise SessionError(f"session {session_id!r} already exists in the postgres "
+                                   "store")
+
+    def list_sessions(self) -> list[str]:
+        with self._tx("list sessions") as cur:
+            cur.execute("SELECT id FROM ctxfold_sessions ORDER BY id")
+            return [row[0] for row in cur.fetchall()]
+
+    def revision(self, session_id: str) -> str:
+        with self._tx("revision") as cur:
+            incarnation, revision, *_ = self._session(cur, session_id, lock=False)
+            return f"{incarnation}:{revision}"
+
+    def load(self, session_id: str, *, repair: bool = True) -> list[Message]:
+        """The canonical transcript (a database has no torn tail: ``repair`` changes
+        nothing). Unchanged since the last load: one read; grown: only the new rows."""
+        with self._tx(f"load session {session_id!r}") as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            incarnation, revision, length, rewinds, _ = self._session(cur, session_id,
+                                                                      lock=False)
+            cached = self._cache.get(session_id)
+            kept: tuple[Message, ...] = ()
+            if cached and cached[:2] == (incarnation, rewinds) and len(cached[3]) <= length:
+                kept = cached[3]
+            if len(kept) < length:
+                kept = kept + self._rows(cur, session_id, len(kept))
+            self._cache[session_id] = (incarnation, rewinds, revision, kept)
+            return list(kept)
+
+    def _rows(self, cur: Any, session_id: str, start: int) -> tuple[Message, ...]:
+        cur.execute("SELECT position, message FROM ctxfold_messages WHERE session_id = %s "
+                    "AND position >= %s ORDER BY position", (session_id, start))
+        return tuple(decode_message(text, f"postgres store: session {session_id!r} message "
+                                          f"{position}") for position, text in cur)
+
+    def batches(self, session_id: str) -> list[list[Message]]:
+        """The transcript as the batches it was appended in (``store copy`` replays them)."""
+        with self._tx(f"read session {session_id!r}") as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._session(cur, session_id, lock=False)
+            cur.execute("SELECT batch, position, message FROM ctxfold_messages WHERE "
+                        "session_id = %s ORDER BY position", (session_id,))
+            out: list[list[Message]] = []
+            last = None
+            for batch, position, text in cur:
+                if batch != last:
+                    out.append([])
+                    last = batch
+                out[-1].append(decode_message(
+                    text, f"postgres store: session {session_id!r} message {position}"))
+            return out
+
+    def append(self, session_id: str, messages: Sequence[Message]) -> Appended:
+        """One transaction per batch: the rows and the session's new revision together."""
+        lines = [encode_message(m) for m in messages]
+        with self._tx(f"append to session {session_id!r}") as cur:
+            incarnation, revision, length, _, batches = self._session(cur, session_id)
+            before = f"{incarnation}:{revision}"
+            if not lines:
+                return Appended(before, before)
+            cur.executemany(
+                "INSERT INTO ctxfold_messages (session_id, position, batch, message) "
+                "VALUES (%s, %s, %s, %s)",
+                [(session_id, length + i, batches + 1, line) for i, line in enumerate(lines)])
+            cur.execute("UPDATE ctxfold_sessions SET revision = revision + 1, length = %s, "
+                        "batches = batches + 1, updated_at = clock_timestamp() WHERE id = %s",
+                        (length + len(lines), session_id))
+        return Appended(before, f"{incarnation}:{revision + 1}")
+
+    def last_activity(self, session_id: str) -> float | None:
+        with self._tx("last activity") as cur:
+            cur.execute("SELECT extract(epoch FROM updated_at) FROM ctxfold_sessions "
+                        "WHERE id = %s", (validate_session_id(session_id),))
+            row = cur.fetchone()
+            return float(row[0]) if row else None
+
+    # -- sidecars ----------------------------------------------------------------------------
+
+    def read_sidecar(self, session_id: str) -> bytes | None:
+        with self._tx(f"read the sidecar of {session_id!r}") as cur:
+            self._session(cur, session_id, lock=False)
+            cur.execute("SELECT data FROM ctxfold_sidecars WHERE session_id = %s",
+                        (session_id,))
+            row = cur.fetchone()
+            return bytes(row[0]) if row else None
+
+    def write_sidecar(self, session_id: str, data: bytes) -> None:
+        with self._tx(f"write the sidecar of {session_id!r}") as cur:
+            self._session(cur, session_id)
+            self._put_sidecar(cur, session_id, data)
+
+    def replace_sidecar(self, session_id: str, data: bytes, expected: bytes | None) -> bool:
+        with self._tx(f"replace the sidecar of {session_id!r}") as cur:
+            self._session(cur, session_id)  # the session lock: no writer in between
+            cur.execute("SELECT data FROM ctxfold_sidecars WHERE session_id = %s",
+                        (session_id,))
+            row = cur.fetchone()
+            if (bytes(row[0]) if row else None) != expected:
+                return False
+            self._put_sidecar(cur, session_id, data)
+            return True
+
+    @staticmethod
+    def _put_sidecar(cur: Any, session_id: str, data: bytes) -> None:
+        cur.execute("INSERT INTO ctxfold_sidecars (session_id, version, data) VALUES (%s, 1, "
+                    "%s) ON CONFLICT (session_id) DO UPDATE SET data = EXCLUDED.data, "
+                    "version = ctxfold_sidecars.version + 1", (session_id, bytes(data)))
+
+    def discard_sidecar(self, session_id: str, reason: str) -> None:
+        """Move the sidecar to ``ctxfold_discarded_sidecars`` with ``reason``."""
+        with self._tx(f"discard the sidecar of {session_id!r}") as cur:
+            self._session(cur, session_id)
+            self._discard(cur, session_id, reason)
+
+    @staticmethod
+    def _discard(cur: Any, session_id: str, reason: str) -> None:
+        cur.execute("WITH gone AS (DELETE FROM ctxfold_sidecars WHERE session_id = %s "
+                    "RETURNING data) INSERT INTO ctxfold_discarded_sidecars (session_id, reason, "
+                    "data) SELECT %s, %s, data FROM gone", (session_id, session_id, reason))
+
+    # -- explicit operations -----------------------------------------------------------------
+
+    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None:
+        """A new session from the first ``upto`` messages (no sidecar), in one transaction."""
+        target_id = validate_session_id(target_id)
+        with self._tx(f"fork {source_id!r} to {target_id!r}") as cur:
+            _, _, length, _, _ = self._session(cur, source_id)
+            count = length if upto is None else self._check_upto(source_id, upto, length)
+            cur.execute("INSERT INTO ctxfold_sessions (id, revision, length, batches) "
+                        "SELECT %s, 1, %s, coalesce(max(batch), 0) FROM ctxfold_messages "
+                        "WHERE session_id = %s AND position < %s ON CONFLICT DO NOTHING",
+                        (target_id, count, source_id, count))
+            if cur.rowcount == 0:
+                raise SessionError(f"cannot fork {source_id!r}: session {target_id!r} already "
+                                   "exists in the postgres store; choose another id or delete "
+                                   "it first")
+            cur.execute("INSERT INTO ctxfold_messages (session_id, position, batch, message) "
+                        "SELECT %s, position, batch, message FROM ctxfold_messages WHERE "
+                        "session_id = %s AND position < %s", (target_id, source_id, count))
+
+    @staticmethod
+    def _check_upto(session_id: str, upto: int, length: int) -> int:
+        if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= length:
+            raise SessionError(f"session {session_id!r} has {length} messages; upto={upto!r} "
+                               f"must be an integer from 0 to {length}")
+        return upto
+
+    def rewind(self, session_id: str, upto: int) -> None:
+        """Keep the first ``upto`` messages; the sidecar is kept if its projection lies
+        inside them, else discarded (as ``fs`` does)."""
+        with self._tx(f"rewind session {session_id!r}") as cur:
+            _, _, length, _, _ = self._session(cur, session_id)
+            count = self._check_upto(session_id, upto, length)
+            cur.execute("DELETE FROM ctxfold_messages WHERE session_id = %s AND position >= %s",
+                        (session_id, count))
+            cur.execute("UPDATE ctxfold_sessions SET revision = revision + 1, length = %s, "
+                        "rewinds = rewinds + 1, updated_at = clock_timestamp() WHERE id = %s",
+                        (count, session_id))
+            cur.execute("SELECT data FROM ctxfold_sidecars WHERE session_id = %s",
+                        (session_id,))
+            row = cur.fetchone()
+            if row is not None and not projection_within(bytes(row[0]), count):
+                self._discard(cur, session_id, f"rewind to {count} messages")
+
+    def delete(self, session_id: str) -> None:
+        """Remove the session: transcript, sidecar and discarded sidecars (one transaction)."""
+        with self._tx(f"delete session {session_id!r}") as cur:
+            self._session(cur, session_id)
+            cur.execute("DELETE FROM ctxfold_sessions WHERE id = %s", (session_id,))
+        self._cache.pop(session_id, None)
+
+
+def dsn_from_env(name: str) -> str:
+    """The DSN in environment variable ``name``; :class:`ConfigError` when it is unset."""
+    dsn = os.environ.get(name, "")
+    if not dsn:
+        raise ConfigError(f"the postgres store reads its DSN from the environment variable "
+                          f"{name} ([store] dsn_env), which is not set; e.g. export "
+                          f"{name}=postgresql://user@host/db")
+    return dsn
+
+
+def _create(context: StrategyContext[StoreOptions]) -> PostgresStore:
+    return PostgresStore(dsn_from_env(context.config.store.dsn_env))
+
+
+@hookimpl
+def ctxfold_stores() -> list[StrategySpec]:
+    """Register the PostgreSQL store ``postgres`` (the ``postgres`` extra)."""
+    return [
+        StrategySpec(
+            kind="store",
+            name="postgres",
+            factory=_create,
+            description="sessions in PostgreSQL, for many workers on one session "
+                        "(DSN from [store] dsn_env)",
+            requires=("psycopg",),
+            install='pip install "ctxfold[postgres]"',
+        )
+    ]
+
+
+__all__ = ["PostgresStore", "dsn_from_env"]

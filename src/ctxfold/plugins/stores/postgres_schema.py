@@ -1,0 +1,96 @@
+"""The ``postgres`` store's schema, versioned, and the migrations that create and upgrade it.
+
+Version 1 (``docs/stores.md`` draws it):
+
+* ``ctxfold_schema(version)`` — one row: the schema version this database holds;
+* ``ctxfold_sessions`` — one row per session: its ``incarnation`` (new on every create, so a
+  session deleted and created again never repeats a revision), ``revision`` (bumped by
+  every append and rewind), ``length``, ``rewinds``, ``batches`` and times. Every mutating
+  operation locks this row (``SELECT … FOR UPDATE``): the session lock;
+* ``ctxfold_messages(session_id, position)`` — the canonical messages, one row each, as the
+  ``fs`` store's line text (compact JSON), with the number of the append that wrote them;
+* ``ctxfold_sidecars`` — the sidecar bytes with a ``version`` bumped by every write (a
+  compare-and-swap compares the bytes under the session lock);
+* ``ctxfold_discarded_sidecars`` — invalid sidecars set aside, with the reason.
+
+Migrations run under a transaction-scoped advisory lock, so two processes starting at once
+never both create the tables; a database whose schema is newer than this ctxfold is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxfold.kernel.errors import StoreError
+
+#: The schema version this ctxfold writes.
+SCHEMA_VERSION = 1
+#: ``pg_advisory_xact_lock`` key of schema migrations (an arbitrary, fixed 64-bit number).
+MIGRATION_LOCK = 0x637478666F6C64  # "ctxfold"
+
+_V1 = """
+CREATE TABLE ctxfold_sessions (
+    id text PRIMARY KEY,
+    incarnation uuid NOT NULL DEFAULT gen_random_uuid(),
+    revision bigint NOT NULL DEFAULT 0,
+    length integer NOT NULL DEFAULT 0,
+    rewinds integer NOT NULL DEFAULT 0,
+    batches integer NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE ctxfold_messages (
+    session_id text NOT NULL REFERENCES ctxfold_sessions (id) ON DELETE CASCADE,
+    position integer NOT NULL,
+    batch integer NOT NULL,
+    message text NOT NULL,
+    PRIMARY KEY (session_id, position)
+);
+CREATE TABLE ctxfold_sidecars (
+    session_id text PRIMARY KEY REFERENCES ctxfold_sessions (id) ON DELETE CASCADE,
+    version bigint NOT NULL,
+    data bytea NOT NULL
+);
+CREATE TABLE ctxfold_discarded_sidecars (
+    session_id text NOT NULL REFERENCES ctxfold_sessions (id) ON DELETE CASCADE,
+    discarded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    reason text NOT NULL,
+    data bytea NOT NULL
+);
+CREATE INDEX ctxfold_discarded_sidecars_session ON ctxfold_discarded_sidecars (session_id);
+"""
+
+#: ``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1``.
+MIGRATIONS: tuple[str, ...] = (_V1,)
+
+
+def schema_version(cur: Any) -> int:
+    """The version the connected database holds (0: no ctxfold tables)."""
+    cur.execute("SELECT to_regclass('ctxfold_schema') IS NOT NULL")
+    if not cur.fetchone()[0]:
+        return 0
+    cur.execute("SELECT max(version) FROM ctxfold_schema")
+    row = cur.fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(conn: Any) -> tuple[int, int]:
+    """Bring the schema to :data:`SCHEMA_VERSION`; ``(before, after)``. A newer schema is a
+    :class:`StoreError` (nothing is changed)."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        before = schema_version(cur)
+        if before > SCHEMA_VERSION:
+            raise StoreError(
+                f"the database holds ctxfold store schema {before}, newer than this ctxfold "
+                f"understands ({SCHEMA_VERSION}); upgrade ctxfold"
+            )
+        if before == 0:
+            cur.execute("CREATE TABLE ctxfold_schema (version integer NOT NULL)")
+        for version in range(before, SCHEMA_VERSION):
+            cur.execute(MIGRATIONS[version])
+            cur.execute("INSERT INTO ctxfold_schema (version) VALUES (%s)", (version + 1,))
+    return before, SCHEMA_VERSION
+
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
