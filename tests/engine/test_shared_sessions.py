@@ -29,6 +29,19 @@ def contents(messages) -> list[str]:
     return [m.content for m in messages]
 
 
+def worker(open_session, summarizer=None):
+    """Another process's manager on the session, at a window where 30 notes need a fold."""
+    return open_session(window=20_000, ratio=0.5, summarizer=summarizer or RecordingSummarizer())
+
+
+def at_the_trigger(open_session, summarizer=None):
+    cm = worker(open_session, summarizer)
+    seed(cm)
+    for i in range(30):
+        cm.append(user(f"note {i} " + "x" * 1_200))
+    return cm
+
+
 def sidecar(cm) -> Path:
     return Path(cm.config.store.path) / f"{cm.session_id}.context.json"
 
@@ -56,11 +69,8 @@ def test_a_tool_result_may_answer_a_call_another_process_made(open_session) -> N
 
 def test_a_checkpoint_installed_elsewhere_is_used_and_later_appends_follow_it(
         open_session) -> None:
-    a = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
-    seed(a)
-    for i in range(30):
-        a.append(user(f"note {i} " + "x" * 1_200))
-    b = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
+    a = at_the_trigger(open_session)
+    b = worker(open_session)
     b.compact()
     assert b.state.projection is not None
     b.append(user("after b's checkpoint"))
@@ -73,13 +83,10 @@ def test_a_checkpoint_installed_elsewhere_is_used_and_later_appends_follow_it(
 def test_an_install_that_loses_to_another_process_is_blocked_and_its_view_complete(
         open_session) -> None:
     summarizer = RecordingSummarizer()
-    a = open_session(window=20_000, ratio=0.5, summarizer=summarizer)
-    seed(a)
-    for i in range(30):
-        a.append(user(f"note {i} " + "x" * 1_200))
+    a = at_the_trigger(open_session, summarizer)
 
     def race(_request) -> None:  # b commits while a is waiting for its summary
-        b = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
+        b = worker(open_session)
         b.append(user("from b"))
         b.compact()
 
@@ -96,11 +103,8 @@ def test_an_install_that_loses_to_another_process_is_blocked_and_its_view_comple
 def test_an_adopted_projection_that_does_not_match_the_transcript_is_dropped(
         open_session) -> None:
     summarizer = RecordingSummarizer()
-    a = open_session(window=20_000, ratio=0.5, summarizer=summarizer)
-    seed(a)
-    for i in range(30):
-        a.append(user(f"note {i} " + "x" * 1_200))
-    b = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
+    a = at_the_trigger(open_session, summarizer)
+    b = worker(open_session)
     b.compact()
     forged = json.loads(sidecar(b).read_text())
     forged["projection"]["covered_prefix_hash"] = "0" * 64  # covers a transcript that isn't
@@ -167,13 +171,10 @@ def test_processes_on_one_session_never_prepare_a_view_missing_a_committed_messa
 def test_a_receipt_another_process_records_meanwhile_does_not_defeat_an_install(
         open_session) -> None:
     summarizer = RecordingSummarizer()
-    a = open_session(window=20_000, ratio=0.5, summarizer=summarizer)
-    seed(a)
-    for i in range(30):
-        a.append(user(f"note {i} " + "x" * 1_200))
+    a = at_the_trigger(open_session, summarizer)
 
     def race(_request) -> None:  # b writes the sidecar (a resume label), installs nothing
-        b = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
+        b = worker(open_session)
         b.resume()
         b.append(user("from b"))
 

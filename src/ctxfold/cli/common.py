@@ -119,3 +119,22 @@ def load_registry(args: argparse.Namespace, *, validate: bool = True) -> Registr
     if validate:
         validate_strategy_names(loaded, registry)
     return registry
+
+
+def wait_until_stopped(stop: Any, ready: Any, stopping: Any) -> int:
+    """For commands that serve until interrupted: signal ``ready`` (when given), wait for
+    ``stop`` (a ``threading.Event``; default: Ctrl-C), then call ``stopping()``; exit 0."""
+    import threading
+
+    if ready is not None:
+        ready.set()
+    waiter = stop or threading.Event()
+    try:
+        while not waiter.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stopping()
+    return 0
+

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
         stop: threading.Event | None = None) -> int:
     """Serve until Ctrl-C (or until ``stop`` is set, for tests); ``ready`` is set once the
     base URL has been printed."""
-    from ctxfold.cli.common import UsageError
+    from ctxfold.cli.common import UsageError, wait_until_stopped
     from ctxfold.emulator import Emulator, load_script
     from ctxfold.kernel.errors import ConfigError
 
@@ -71,14 +71,4 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
         raise ConfigError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; "
                           "choose another --port or 0 for an ephemeral one") from None
     print(base_url, flush=True)
-    if ready is not None:
-        ready.set()
-    waiter = stop or threading.Event()
-    try:
-        while not waiter.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        emulator.stop()
-    return 0
+    return wait_until_stopped(stop, ready, emulator.stop)

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
     base URL has been printed."""
     _check(args)
     _require_extra()
-    from ctxfold.cli.common import load_cli_config, load_registry
+    from ctxfold.cli.common import load_cli_config, load_registry, wait_until_stopped
     from ctxfold.engine.opening import create_provider
     from ctxfold.serve.proxy import ServeSettings, build_proxy
     from ctxfold.serve.server import ProxyServer
@@ -136,18 +136,12 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
         logs()
         raise
     print(f"{server.base_url}/v1", flush=True)
-    if ready is not None:
-        ready.set()
-    waiter = stop or threading.Event()
-    try:
-        while not waiter.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
+
+    def stopping() -> None:
         server.stop()
         logs()
-    return 0
+
+    return wait_until_stopped(stop, ready, stopping)
 
 
 class _Stderr(logging.StreamHandler):
