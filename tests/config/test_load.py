@@ -138,6 +138,8 @@ def test_flag_strings_are_parsed_and_named(dirs: dict[str, Path]) -> None:
         ("[plugins]\ndisabled = 'x'\n", ["plugins.disabled = 'x'", "a list of strings"]),
         ("[provider]\ntimeout_seconds = 0\n", ["provider.timeout_seconds = 0", "> 0"]),
         ("[agent]\ncompact_ratio = \n", ["invalid TOML", "line 2, column"]),
+        ("[provider]\ncontext_window = 1" + "0" * 4999 + "\n", ["invalid TOML value"]),
+        ("[provider]\nmodel = " + "[" * 2000 + "]" * 2000 + "\n", ["nested too deeply"]),
     ],
 )
 def test_invalid_file_values_name_file_key_value_and_allowed(

@@ -13,7 +13,7 @@ import pytest
 from ctxfold.emulator import Fault, ReplySpec
 from ctxfold.engine.opening import open_session
 from ctxfold.kernel.config import AgentConfig, SummarizerConfig
-from ctxfold.kernel.errors import RateLimitError
+from ctxfold.kernel.errors import CompactionRequiredError, RateLimitError
 from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, ToolCall
@@ -101,3 +101,40 @@ def test_overflow_without_numbers_recovers_when_the_real_window_is_much_smaller(
     assert statuses == ([400, 200, 200] if summarizer == "llm" else [400, 200])
     assert cm.state.projection is not None  # one overflow checkpoint, then the one retry
     assert cm.window < estimate
+
+
+@pytest.mark.parametrize("profile", ["deepseek", "mimo"])
+def test_an_overflow_of_the_output_reservation_is_retried_with_the_output_clipped(
+    profile, ctxfold_emulator, ctxfold_provider_config
+) -> None:
+    # The real window (6,000) is far below the configured one; the prompt is tiny, so there
+    # is nothing to fold: the reserved output overflowed, and one clipped retry must answer.
+    emulator = ctxfold_emulator(profile, window=6_000)
+    config = ctxfold_provider_config(emulator, context_window=30_000)
+    cm, provider = session(config)
+    response = cm.complete(provider)
+    assert response.message.role == "assistant"
+    assert [r.status for r in emulator.requests] == [400, 200]
+    assert cm.window == 6_000
+
+
+def test_without_numbers_an_output_overflow_shrinks_the_assumed_window_until_it_fits(
+    ctxfold_emulator, ctxfold_provider_config
+) -> None:
+    # Responses says only "context window exceeded": what was rejected is the prompt plus the
+    # output it reserved, so the assumed window shrinks from the whole request (not from the
+    # tiny prompt, which left every later turn failing), and a later turn succeeds.
+    emulator = ctxfold_emulator("responses", window=12_000)
+    config = ctxfold_provider_config(emulator, context_window=30_000)
+    cm, provider = session(config)
+    windows, answered = [], 0
+    for _ in range(4):
+        try:
+            cm.complete(provider)
+            answered += 1
+        except CompactionRequiredError as exc:
+            assert "assumed" in str(exc) and "context_window" in str(exc)
+        windows.append(cm.window)
+        cm.append(Message(role="user", content="again"))
+    assert answered >= 2 and windows[-1] < 12_000
+    assert windows == sorted(windows, reverse=True) and windows[0] > 1_024

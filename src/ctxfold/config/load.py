@@ -87,6 +87,10 @@ def _read_file(path: Path, label: str) -> Layer:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: invalid TOML: {exc}; fix the syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # tomllib: an integer of more than 4,300 digits
+        raise ConfigError(f"{source}: invalid TOML value: {exc}") from None
     return Layer(source=source, data=data, lines=_key_lines(text))
 
 

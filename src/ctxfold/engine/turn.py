@@ -42,6 +42,9 @@ OUTPUT_RESERVE = 8192
 #: geometrically); never below :data:`MIN_ASSUMED_WINDOW` tokens.
 UNKNOWN_WINDOW_FRACTION = 2 / 3
 MIN_ASSUMED_WINDOW = 1024
+#: No model has a smaller window: a prompt below it cannot have overflowed one by itself, so
+#: an overflow without numbers is blamed on the output it reserved.
+SMALLEST_WINDOW = 4096
 
 
 @attrs.frozen
@@ -117,7 +120,7 @@ def turn(ctx: TurnContext) -> TurnSteps:
             retried = True
             yield Learn(window=learned_window(ctx, request, exc), prompt_tokens=exc.prompt,
                         request=request)
-            left = (exc.window or ctx.window()) - exc.prompt - OUTPUT_RESERVE if exc.prompt else 0
+            left = output_left(ctx, request, exc)
             if left > 0:
                 request = attrs.evolve(request, max_output_tokens=left)
                 continue
@@ -140,6 +143,20 @@ def turn(ctx: TurnContext) -> TurnSteps:
         return response
 
 
+def output_left(ctx: TurnContext, request: ChatRequest, exc: ContextLimitError) -> int:
+    """The output budget of a clip-and-retry (0: fold instead). With room to spare beyond
+    :data:`OUTPUT_RESERVE`, the output is clipped to it. A prompt under half the window
+    leaves nothing a checkpoint could fold: the output reservation overflowed, so the output
+    gets what the window leaves after the prompt."""
+    window = exc.window or ctx.window()
+    prompt = exc.prompt or ctx.estimate(request.messages)
+    if exc.prompt and window - prompt - OUTPUT_RESERVE > 0:
+        return window - prompt - OUTPUT_RESERVE
+    if prompt <= window // 2:
+        return max(0, window - prompt - PROTOCOL_RESERVE)
+    return 0
+
+
 def assumed_window(tokens: int) -> int:
     """The window assumed below a rejected request of ``tokens`` without numbers."""
     return max(min(tokens, MIN_ASSUMED_WINDOW), int(tokens * UNKNOWN_WINDOW_FRACTION))
@@ -157,7 +174,10 @@ def learned_window(ctx: TurnContext, request: ChatRequest, exc: ContextLimitErro
     if exc.window > 0:
         return exc.window
     if exc.prompt <= 0:
-        return assumed_window(min(ctx.estimate(request.messages), ctx.window()))
+        prompt = ctx.estimate(request.messages)
+        if prompt < SMALLEST_WINDOW:  # no model's window is that small: the output overflowed
+            prompt += request.max_output_tokens or request.output_room or 0
+        return assumed_window(min(prompt, ctx.window()))
     return 0
 
 
