@@ -186,3 +186,17 @@ def test_a_failed_turn_is_retried_without_a_duplicate_user_message(
     assert code == 0 and "the last turn got no answer: 'hello'" in out
     assert [(m["role"], m["content"]) for m in transcript(workdir, "c9")] == [
         ("user", "hello"), ("assistant", "OK.")]
+
+
+def test_search_finds_folded_turns_without_touching_the_transcript(
+        workdir: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    script = (f"zebra-77 {LONG}\nsecond {LONG}\n/compact\n/search ZEBRA-77\n/search\n"
+              "/search nothing-like-this\n/quit\n")
+    code, out, err = chat(capsys, monkeypatch, script, "--session", "c9")
+    assert code == 1 and "/search: " in err and "needs arguments.query" in err
+    assert "[compact: checkpoint installed" in out
+    hits = [line for line in out.splitlines() if line.startswith("#")]
+    assert hits and hits[0].startswith("#0 user: zebra-77")
+    assert "[search: 1 messages]" in out and "[search: 0 messages]" in out
+    assert len(transcript(workdir, "c9")) == 4

@@ -1,5 +1,6 @@
 """Host capabilities the model reaches through the one stable ``use_capability`` tool.
 
 :mod:`ctxfold.capabilities.tool` holds the tool schema and the dispatcher; each capability is
-its own module (``session:tool_result`` pages a bounded tool result).
+its own module (``session:tool_result`` pages a bounded tool result, ``session:search``
+searches the session's whole canonical history and ``session:message`` pages one message).
 """

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ctxfold.capabilities import tool_result
+from ctxfold.capabilities import session_message, session_search, tool_result
 from ctxfold.kernel.errors import ToolResultError
 from ctxfold.kernel.types import Message, ToolSchema
 
@@ -58,6 +58,8 @@ USE_CAPABILITY_TOOL = ToolSchema(
 Handler = Callable[[Sequence[Message], Mapping[str, Any]], str]
 CAPABILITIES: dict[str, tuple[Callable[[], dict[str, Any]], Handler]] = {
     tool_result.CAPABILITY_ID: (tool_result.describe, tool_result.call),
+    session_search.CAPABILITY_ID: (session_search.describe, session_search.call),
+    session_message.CAPABILITY_ID: (session_message.describe, session_message.call),
 }
 
 

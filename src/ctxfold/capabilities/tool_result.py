@@ -175,37 +175,16 @@ def read_tool_result(
             f"tool result {tool_call_id!r}: full result is unavailable for this legacy "
             "truncated record; re-run the tool with narrower arguments"
         )
-    data, total = body.data, body.total
-    if offset < 0 or offset > total:
-        raise ToolResultError(
-            f"offset={offset} is outside tool result {tool_call_id!r} "
-            f"(total_bytes={total}); use 0..{total}"
-        )
-    if data is not None and offset < total and (data[offset] & 0xC0) == 0x80:
-        start = offset
-        while start > 0 and (data[start] & 0xC0) == 0x80:
-            start -= 1
-        raise ToolResultError(
-            f"offset={offset} is inside a UTF-8 character of tool result {tool_call_id!r}; "
-            f"use a character start such as {start} (or the previous page's next_offset)"
-        )
-    end = min(offset + limit, total)
-    while data is not None and end < total and (data[end] & 0xC0) == 0x80:
-        end -= 1
-    if end == offset and offset < total:
-        raise ToolResultError(
-            "limit ends inside the next UTF-8 character; increase limit "
-            f"(limit={limit}, offset={offset}, tool result {tool_call_id!r})"
-        )
+    end, page = page_bytes(body.text, body.data, body.total, offset, limit,
+                           f"tool result {tool_call_id!r}")
     header = {
         "result_ref": body.ref,
         "offset": offset,
         "next_offset": end,
-        "total_bytes": total,
+        "total_bytes": body.total,
         "sha256": body.sha256,
-        "complete": end == total,
+        "complete": end == body.total,
     }
-    page = body.text[offset:end] if data is None else data[offset:end].decode()
     return json.dumps(header, separators=(",", ":")) + "\n" + page
 
 
@@ -232,3 +211,34 @@ def call(messages: Sequence[Message], arguments: Mapping[str, Any]) -> str:
         offset=int_arg(arguments, "offset", 0) or 0,
         limit=int_arg(arguments, "limit", None),
     )
+
+
+def page_bytes(
+    text: str, data: bytes | None, total: int, offset: int, limit: int, what: str
+) -> tuple[int, str]:
+    """``(next_offset, page)``: the UTF-8 bytes ``[offset, next_offset)`` of ``text`` (whose
+    bytes are ``data``, or ``None`` when it is ASCII), the end moved back to a character
+    start. Raises :class:`ToolResultError` naming ``what`` for an offset outside the text or
+    inside a character, and a limit too small for the next character."""
+    if offset < 0 or offset > total:
+        raise ToolResultError(
+            f"offset={offset} is outside {what} "
+            f"(total_bytes={total}); use 0..{total}"
+        )
+    if data is not None and offset < total and (data[offset] & 0xC0) == 0x80:
+        start = offset
+        while start > 0 and (data[start] & 0xC0) == 0x80:
+            start -= 1
+        raise ToolResultError(
+            f"offset={offset} is inside a UTF-8 character of {what}; "
+            f"use a character start such as {start} (or the previous page's next_offset)"
+        )
+    end = min(offset + limit, total)
+    while data is not None and end < total and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    if end == offset and offset < total:
+        raise ToolResultError(
+            "limit ends inside the next UTF-8 character; increase limit "
+            f"(limit={limit}, offset={offset}, {what})"
+        )
+    return end, text[offset:end] if data is None else data[offset:end].decode()

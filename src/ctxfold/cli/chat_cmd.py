@@ -2,8 +2,8 @@
 
 Reads lines from stdin (a terminal or a script): plain text is a user turn (append, then
 ``ContextManager.complete``, then print the reply); ``/compact [focus]``, ``/status``,
-``/rewind N``, ``/help`` and ``/quit`` are commands. After each turn one status line says
-whether a checkpoint was installed and the turn's cache hit ratio
+``/rewind N``, ``/search QUERY``, ``/help`` and ``/quit`` are commands. After each turn one
+status line says whether a checkpoint was installed and the turn's cache hit ratio
 (``usage.cache_hit_tokens / usage.prompt_tokens``). The provider is ``[provider] name``
 (the in-process ``emulator`` by default).
 
@@ -32,6 +32,7 @@ HELP = """commands:
   /compact [FOCUS] install a checkpoint now (optional focus for the summary)
   /status          tokens, trigger, window, projection version, cache state
   /rewind N        keep only the first N messages of the transcript
+  /search QUERY    search the whole session history (folded messages too), newest first
   /help            this help
   /quit            leave (end of input does the same)"""
 
@@ -134,6 +135,24 @@ class ChatLoop:
         self.cm.rewind(upto)
         self._say(f"[rewound to {upto} messages (dropped {total - upto})]")
 
+    def search(self, query: str) -> None:
+        """``/search QUERY``: the model's ``session:search`` (terms, newest first); the
+        transcript is not touched."""
+        import json
+
+        answer = self.cm.use_capability({"action": "call", "capability_id": "session:search",
+                                         "arguments": {"query": query}})
+        if answer.startswith("error: "):
+            self._fail(f"/search: {answer.removeprefix('error: ')}")
+            return
+        result = json.loads(answer)
+        for hit in result["hits"]:
+            excerpt = " ".join(hit["matches"][0]["excerpt"].split())[:120]
+            call = f" {hit['tool_call_id']}" if hit.get("tool_call_id") else ""
+            self._say(f"{hit['ref']} {hit['role']}{call}: {excerpt}")
+        more = "" if result["complete"] else " (more: narrow the query)"
+        self._say(f"[search: {len(result['hits'])} messages{more}]")
+
     def handle(self, line: str) -> bool:
         """Process one input line; False when the loop should end."""
         from ctxfold.kernel.errors import CtxfoldError
@@ -153,6 +172,8 @@ class ChatLoop:
                 self.compact(arg.strip())
             elif command == "/rewind":
                 self.rewind(arg.strip())
+            elif command == "/search":
+                self.search(arg.strip())
             elif command.startswith("/"):
                 self._fail(f"unknown command {command!r}; type /help for the commands")
             else:

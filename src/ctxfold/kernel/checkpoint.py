@@ -16,9 +16,14 @@ import attrs
 from ctxfold.kernel import fold
 from ctxfold.kernel.contracts import Estimator
 from ctxfold.kernel.state import Projection
-from ctxfold.kernel.summary import build_summary_request, summary_output_cap, wrap_summary
+from ctxfold.kernel.summary import (
+    build_summary_request,
+    lookup_hint,
+    summary_output_cap,
+    wrap_summary,
+)
 from ctxfold.kernel.types import Message, RequestShape, SummaryRequest, ToolSchema
-from ctxfold.kernel.view import visible_view
+from ctxfold.kernel.view import canonical_index, visible_view
 
 
 @attrs.frozen
@@ -128,5 +133,7 @@ def candidate(
         covered_count=projection.covered_count if projection else 0,
         canonical=canonical,
     )
+    first = canonical_index(canonical, 0, plan.head)  # the head stays verbatim
+    body[plan.head] = wrap_summary(text, lookup_hint(canonical, first, covered))
     new_view = visible_view(Projection(messages=tuple(body), covered_count=covered), canonical)
     return Candidate(body=body, covered_count=covered, view=new_view)

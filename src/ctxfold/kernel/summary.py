@@ -137,8 +137,35 @@ def build_summary_request(
     )
 
 
-def wrap_summary(text: str) -> Message:
-    """The summary message installed in a projection: ``user``, ``origin="host"``."""
+#: First words of the lookup hint closing a summary: which canonical messages it folds.
+LOOKUP_MARKER = "[ctxfold:lookup]"
+LOOKUP_TOOL_OUTPUTS = 12
+
+
+def lookup_hint(canonical: Sequence[Message], start: int, end: int) -> str:
+    """Where the messages ``canonical[start:end]`` a summary folds can be read again: their
+    positions ``#N`` (and ids), the newest folded tool outputs and the capabilities to use.
+    Deterministic: the same transcript and range give the same bytes."""
+    end = min(end, len(canonical))
+    if start >= end:
+        return ""
+    first, last = canonical[start].id, canonical[end - 1].id
+    ids = f" (ids {first}…{last})" if first and last else ""
+    tools = [f"#{i} {canonical[i].tool_call_id}" for i in range(end - 1, start - 1, -1)
+             if canonical[i].role == "tool" and canonical[i].tool_call_id]
+    cap = LOOKUP_TOOL_OUTPUTS
+    more = f" (+{len(tools) - cap} older)" if len(tools) > cap else ""
+    listed = f" Folded tool outputs, newest first: {', '.join(tools[:cap])}{more}." if tools else ""
+    return (f"{LOOKUP_MARKER} This summary folds messages #{start}–#{end - 1}{ids} of this "
+            f"session; their full text is kept.{listed} Find them with use_capability "
+            'capability_id "session:search" {"query": "..."}, read one with "session:message" '
+            '{"ref": "#N"}.')
+
+
+def wrap_summary(text: str, hint: str = "") -> Message:
+    """The summary message installed in a projection: ``user``, ``origin="host"``; a
+    :func:`lookup_hint` closes the briefing when given."""
+    text = f"{text}\n\n{hint}" if hint else text
     content = f"{SUMMARY_OPEN_TAG}\n{SUMMARY_PREAMBLE}\n{text}\n{SUMMARY_CLOSE_TAG}"
     return Message(role="user", content=content, origin="host")
 
@@ -165,7 +192,8 @@ def unwrap_summary(message: Message) -> str:
     stripped = body.rstrip()
     if stripped.endswith(SUMMARY_CLOSE_TAG):
         body = stripped[: -len(SUMMARY_CLOSE_TAG)].removesuffix("\n")
-    return body
+    briefing, marker, _ = body.rpartition("\n\n" + LOOKUP_MARKER)
+    return briefing if marker else body
 
 
 def validate_summary_result(result: SummaryResult, *, session_id: str | None = None) -> str:

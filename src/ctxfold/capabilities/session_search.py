@@ -1,0 +1,286 @@
+"""Capability ``session:search``: find messages in this session's whole canonical history.
+
+Every message of the current session is searched — folded ones and the full output of
+bounded tool results included — through its document (see
+:mod:`ctxfold.capabilities.session_message`), newest first. Matching is case-insensitive:
+
+* ``terms`` (default): the query split on whitespace; a message matches when it holds
+  every term as a substring;
+* ``regex=true``: the query is a Python ``re`` pattern. There is no timeout in ``re``, so
+  patterns that can backtrack without bound are refused (a quantified group holding another
+  variable quantifier or an alternation, back-references, more than :data:`UNBOUNDED_MAX`
+  unbounded quantifiers), and a pattern with unbounded quantifiers is matched line by line
+  over windows of at most :data:`LINE_WINDOWS` characters (fewer for more quantifiers), so
+  one window costs at most tens of milliseconds; a call stops scanning after
+  :data:`SEARCH_SECONDS` and says where to resume (a message it could not finish is listed in
+  ``partial`` and skipped).
+
+The answer is one JSON object ``{"hits": [...], "complete", "next"}`` (and ``partial``); a hit
+is ``{"ref": "#N", "id", "role", ("tool_call_id", "result_ref"), "total_bytes", "matches":
+[{"at": byte offset, "excerpt"}]}``. At most ``limit`` hits and :data:`OUTPUT_BUDGET`
+bytes come back, and at most :data:`SCAN_BUDGET` characters are scanned per call; ``next``
+is the arguments to add for the next page (``{"before": "#K", "offset": 0}``) or ``null``
+once the oldest message was reached. ``offset`` skips that many matching messages.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+from ctxfold.capabilities.arguments import int_arg
+from ctxfold.capabilities.session_message import Document, document, ref_of, resolve
+from ctxfold.kernel.errors import ToolResultError
+from ctxfold.kernel.tool_results import TOOL_CONTENT_BOUND
+from ctxfold.kernel.types import Message
+
+#: The ``re`` parser (private, but stable across 3.11+): walked to refuse costly patterns.
+sre_parse: Any = importlib.import_module("re._parser")
+sre_constants: Any = importlib.import_module("re._constants")
+
+CAPABILITY_ID = "session:search"
+QUERY_MAX = 256
+TERMS_MAX = 16
+LIMIT_DEFAULT = 10
+LIMIT_MAX = 50
+MATCHES_PER_HIT = 3
+EXCERPT_BEFORE = 60
+EXCERPT_AFTER = 140
+#: The answer stays well inside one bounded tool result.
+OUTPUT_BUDGET = TOOL_CONTENT_BOUND - 2048
+#: Characters scanned per call at most; past it the answer says where to resume.
+SCAN_BUDGET = 64 * 1024 * 1024
+#: Window size by number of unbounded quantifiers (0: the whole text at once).
+LINE_WINDOWS = {1: 2048, 2: 256}
+UNBOUNDED_MAX = max(LINE_WINDOWS)
+SEARCH_SECONDS = 2.0
+ROLES = ("system", "user", "assistant", "tool")
+_ALLOWED = {"query", "regex", "role", "before", "offset", "limit"}
+_REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT,
+            getattr(sre_constants, "POSSESSIVE_REPEAT", sre_constants.MAX_REPEAT)}
+
+
+def describe() -> dict[str, Any]:
+    """This capability's entry in ``action="list"``."""
+    return {
+        "id": CAPABILITY_ID,
+        "description": (
+            "Search this session's whole history (folded messages and full tool outputs "
+            "included), newest first, case-insensitively: by terms (all must occur) or, with "
+            "regex=true, by a Python regular expression. Returns JSON {hits: [{ref, id, role, "
+            "tool_call_id, result_ref, total_bytes, matches: [{at, excerpt}]}], complete, "
+            "next}. Read a hit with session:message {ref, offset: at}; pass next's "
+            "arguments for more hits."
+        ),
+        "arguments": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "maxLength": QUERY_MAX},
+                "regex": {"type": "boolean", "default": False},
+                "role": {"type": "string", "enum": list(ROLES)},
+                "before": {"type": "string", "description": "search messages older than "
+                                                            "this ref (\"#N\" or an id)"},
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+                "limit": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX,
+                          "default": LIMIT_DEFAULT},
+            },
+            "required": ["query"],
+        },
+    }
+
+
+def _check_pattern(parsed: Any, in_repeat: bool, unbounded: list[int]) -> None:
+    """Refuse what can backtrack without bound (see the module docstring)."""
+    for op, av in parsed:
+        if op in _REPEATS:
+            low, high, sub = av
+            if high == sre_constants.MAXREPEAT:
+                unbounded[0] += 1
+            if in_repeat and low != high:
+                raise ToolResultError("the pattern nests a variable quantifier inside a "
+                                      "quantified group, which can take forever; simplify it")
+            _check_pattern(sub, in_repeat or low != high, unbounded)
+        elif op is sre_constants.BRANCH:
+            if in_repeat:
+                raise ToolResultError("the pattern repeats an alternation, which can take "
+                                      "forever; use terms or separate searches")
+            for branch in av[1]:
+                _check_pattern(branch, in_repeat, unbounded)
+        elif op is sre_constants.SUBPATTERN:
+            _check_pattern(av[3], in_repeat, unbounded)
+        elif op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
+            _check_pattern(av[1], in_repeat, unbounded)
+        elif op is sre_constants.ATOMIC_GROUP:
+            _check_pattern(av, in_repeat, unbounded)
+        elif op in (sre_constants.GROUPREF, sre_constants.GROUPREF_EXISTS):
+            raise ToolResultError("back-references are not supported in session:search")
+
+
+def compile_regex(query: str) -> tuple[re.Pattern[str], int | None]:
+    """The compiled pattern and the window it is matched in (``None``: the whole text)."""
+    try:
+        parsed = sre_parse.parse(query, re.IGNORECASE)
+        unbounded = [0]
+        _check_pattern(parsed, False, unbounded)
+        pattern = re.compile(query, re.IGNORECASE)
+    except ToolResultError:
+        raise
+    except (re.error, OverflowError, RecursionError, ValueError, TypeError) as exc:
+        raise ToolResultError(f"invalid regex {query[:80]!r}: {str(exc)[:160]}") from None
+    if unbounded[0] > UNBOUNDED_MAX:
+        raise ToolResultError(f"the pattern has {unbounded[0]} unbounded quantifiers (at "
+                              f"most {UNBOUNDED_MAX}); narrow it or search by terms")
+    return pattern, LINE_WINDOWS.get(unbounded[0])
+
+
+def _windows(text: str, width: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each line of ``text``, long lines cut into ``width`` windows."""
+    start, size = 0, len(text)
+    while start < size:
+        newline = text.find("\n", start, start + width)
+        end = newline if newline >= 0 else min(start + width, size)
+        yield start, end
+        start = end + 1 if newline >= 0 else end
+
+
+def _regex_matches(pattern: re.Pattern[str], width: int | None, text: str,
+                   deadline: float) -> list[int] | None:
+    """Start offsets of the first matches; ``None`` when the time ran out first."""
+    if width is None:
+        return [m.start() for m in islice(pattern.finditer(text), MATCHES_PER_HIT)]
+    found: list[int] = []
+    for count, (start, end) in enumerate(_windows(text, width)):
+        if count % 16 == 15 and time.monotonic() > deadline:
+            return None
+        rest = MATCHES_PER_HIT - len(found)
+        found += [m.start() for m in islice(pattern.finditer(text, start, end), rest)]
+        if len(found) >= MATCHES_PER_HIT:
+            break
+    return found
+
+
+def _term_matches(terms: Sequence[re.Pattern[str]], text: str) -> list[int]:
+    found = []
+    for term in terms:
+        match = term.search(text)
+        if match is None:
+            return []
+        found.append(match.start())
+    return sorted(found)[:MATCHES_PER_HIT]
+
+
+def _hit(index: int, message: Message, doc: Document, positions: list[int]) -> dict[str, Any]:
+    hit: dict[str, Any] = {"ref": ref_of(index), "id": message.id, "role": message.role}
+    if message.role == "tool":
+        hit.update(tool_call_id=message.tool_call_id, result_ref=doc.result_ref)
+    text = doc.text
+    hit["total_bytes"] = doc.total
+    hit["matches"] = [
+        {"at": pos if doc.data is None else len(text[:pos].encode()),
+         "excerpt": text[max(0, pos - EXCERPT_BEFORE) : pos + EXCERPT_AFTER]}
+        for pos in positions
+    ]
+    return hit
+
+
+def _arguments(messages: Sequence[Message], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(arguments) - _ALLOWED
+    if unknown:
+        raise ToolResultError(
+            f"unknown argument(s) {', '.join(sorted(map(str, unknown)))[:200]} for "
+            f"{CAPABILITY_ID}; allowed: {', '.join(sorted(_ALLOWED))} (only this session's "
+            "history can be searched)"
+        )
+    query = arguments.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ToolResultError(f"{CAPABILITY_ID} needs arguments.query (a non-empty string)")
+    if len(query) > QUERY_MAX:
+        raise ToolResultError(f"query is {len(query)} characters; at most {QUERY_MAX}")
+    regex = arguments.get("regex", False)
+    if not isinstance(regex, bool):
+        raise ToolResultError(f"argument regex={regex!r:.40} must be true or false")
+    role = arguments.get("role")
+    if role is not None and role not in ROLES:
+        raise ToolResultError(f"argument role={role!r:.40} must be one of {', '.join(ROLES)}")
+    before = arguments.get("before")
+    end = len(messages) if before is None else resolve(messages, before, "before")
+    offset = int_arg(arguments, "offset", 0)
+    limit = int_arg(arguments, "limit", LIMIT_DEFAULT)
+    if offset is None or offset < 0:
+        raise ToolResultError(f"offset={offset} must be 0 or more (matching messages to skip)")
+    if limit is None or not 1 <= limit <= LIMIT_MAX:
+        raise ToolResultError(f"limit={limit} is out of range; use 1..{LIMIT_MAX} hits")
+    return {"query": query, "regex": regex, "role": role, "end": end, "offset": offset,
+            "limit": limit}
+
+
+def search(messages: Sequence[Message], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer of one ``session:search`` call (see the module docstring)."""
+    args = _arguments(messages, arguments)
+    query: str = args["query"]
+    if args["regex"]:
+        pattern, width = compile_regex(query)
+
+        def matches(text: str) -> list[int] | None:
+            return _regex_matches(pattern, width, text, deadline)
+    else:
+        words = list(dict.fromkeys(query.lower().split()))
+        if len(words) > TERMS_MAX:
+            raise ToolResultError(f"the query has {len(words)} terms; at most {TERMS_MAX}")
+        terms = [re.compile(re.escape(word), re.IGNORECASE) for word in words]
+
+        def matches(text: str) -> list[int] | None:
+            return _term_matches(terms, text)
+
+    hits: list[dict[str, Any]] = []
+    partial: list[str] = []
+    skip, scanned, used = args["offset"], 0, 0
+    deadline = time.monotonic() + SEARCH_SECONDS
+    stop: int | None = None  # the position to resume before, when the answer is cut
+    for index in range(args["end"] - 1, -1, -1):
+        message = messages[index]
+        if args["role"] is not None and message.role != args["role"]:
+            continue
+        doc = document(message)
+        if scanned and (scanned + len(doc.text) > SCAN_BUDGET or time.monotonic() > deadline):
+            stop = index + 1
+            break
+        positions = matches(doc.text)
+        if positions is None:  # out of time inside this message
+            if scanned:  # resume with this message
+                stop = index + 1
+                break
+            partial.append(ref_of(index))  # alone too slow: skipped, so the search moves on
+            stop = index if index > 0 else None
+            break
+        scanned += len(doc.text) or 1
+        if not positions:
+            continue
+        if skip:
+            skip -= 1
+            continue
+        hit = _hit(index, message, doc, positions)
+        size = len(json.dumps(hit, ensure_ascii=False).encode()) + 2
+        if hits and used + size > OUTPUT_BUDGET:
+            stop = index + 1
+            break
+        if size > OUTPUT_BUDGET:
+            hit["matches"] = [{"at": m["at"], "excerpt": ""} for m in hit["matches"]]
+        hits.append(hit)
+        used += size
+        if len(hits) == args["limit"]:
+            stop = index if index > 0 else None
+            break
+    next_args = None if stop is None else {"before": ref_of(stop), "offset": skip}
+    answer = {"hits": hits, "complete": stop is None, "next": next_args}
+    return {**answer, "partial": partial} if partial else answer
+
+
+def call(messages: Sequence[Message], arguments: Mapping[str, Any]) -> str:
+    answer = search(messages, arguments)
+    return json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
