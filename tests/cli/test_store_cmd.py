@@ -14,12 +14,6 @@ from ctxfold.cli.main import main
 from ctxfold.kernel.registry import Registry
 from ctxfold.plugins.stores.fs import FsStore
 
-SHARED = [
-    "mini_swe_agent_v1_gemini3pro/django__django-16255.traj.json",
-    "openhands_sdk_llm_log/litellm_proxy__anthropic__claude-sonnet-4-20250514-1757015046.707.json",
-    "swe_agent_function_calling/marshmallow-code__marshmallow-1867__function_calling_replace_from_source.traj",
-]
-
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -31,12 +25,16 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def imported_sessions(root: Path) -> list[str]:
     """The shared transcripts replayed into an fs store as an agent writes them: one batch
     per turn (an assistant message with its tool results), then a checkpoint."""
+    from ctxfold.importing import expand_paths
+
+    registry = Registry.from_config(make_config(root))
+    shared = expand_paths([str(TRANSCRIPTS)], registry, None)
+    assert len(shared) >= 10  # every session of the shared transcripts
     names = []
-    for i, relative in enumerate(SHARED):
-        session = ctxfold.import_session(TRANSCRIPTS / relative, Registry.from_config(
-            make_config(root)))
+    for i, path in enumerate(shared):
+        session = ctxfold.import_session(path, registry)
         name = f"shared-{i}"
-        config = make_config(root, window=24_000, ratio=0.5)
+        config = make_config(root, window=400_000, ratio=0.5)
         cm = ctxfold.open_session(name, config=config, store_path=str(root),
                                   summarizer=RecordingSummarizer())
         batch: list[ctxfold.Message] = []
