@@ -32,7 +32,7 @@ import attrs
 from ctxfold.engine.prepared import PreparedRequest
 from ctxfold.kernel.contracts import AsyncProvider, Estimator, Provider
 from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError, CtxfoldError
-from ctxfold.kernel.fold import PROTOCOL_RESERVE
+from ctxfold.kernel.fold import PROTOCOL_RESERVE, TAIL_RATIO
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, RequestShape, Trigger, Usage
 
 #: Output room that must remain for a clip-and-retry to make sense (origin §3.10).
@@ -145,14 +145,14 @@ def turn(ctx: TurnContext) -> TurnSteps:
 
 def output_left(ctx: TurnContext, request: ChatRequest, exc: ContextLimitError) -> int:
     """The output budget of a clip-and-retry (0: fold instead). With room to spare beyond
-    :data:`OUTPUT_RESERVE`, the output is clipped to it. A prompt under half the window
-    leaves nothing a checkpoint could fold: the output reservation overflowed, so the output
-    gets what the window leaves after the prompt."""
+    :data:`OUTPUT_RESERVE`, the output is clipped to it. A prompt no larger than the tail a
+    checkpoint keeps verbatim (16 % of the window) leaves nothing a checkpoint could fold:
+    the output reservation overflowed, so the output gets what the window leaves after it."""
     window = exc.window or ctx.window()
     prompt = exc.prompt or ctx.estimate(request.messages)
     if exc.prompt and window - prompt - OUTPUT_RESERVE > 0:
         return window - prompt - OUTPUT_RESERVE
-    if prompt <= window // 2:
+    if prompt <= window * TAIL_RATIO:
         return max(0, window - prompt - PROTOCOL_RESERVE)
     return 0
 
