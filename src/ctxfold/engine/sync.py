@@ -42,19 +42,15 @@ class Watch:
             self.stale = True
         self.revision = appended.after
 
-    def moved(self, committer: Committer) -> bool:
-        """Whether the stored session moved since this process last saw it."""
-        return (self.stale or committer.adopted
-                or self._store.revision(self._session_id) != self.revision)
-
     def resync(self, committer: Committer) -> tuple[list[Message], list[str]] | None:
-        """``None`` when nothing moved; else the current transcript and the notices of
-        validating the stored projection against it (the committer now holds that state)."""
-        if not self.moved(committer):
-            return None
+        """``None`` when the stored session did not move since this process last saw it
+        (one revision read); else the current transcript and the notices of validating the
+        stored projection against it (the committer now holds that state)."""
         # The revision is taken before reading: an append that lands in between is
         # simply seen as a move next time.
         revision = self._store.revision(self._session_id)
+        if not (self.stale or committer.adopted or revision != self.revision):
+            return None
         canonical = self._store.load(self._session_id)
         stored = committer.reload()
         state, notices = validate_projection(stored or committer.state, canonical,

@@ -208,7 +208,7 @@ class Run:
         except StaleContextError:
             # Another process may also have appended messages: work from what is stored.
             reread = yield RESYNC
-            if isinstance(reread, Sequence) and len(reread) != len(self.canonical):
+            if isinstance(reread, Sequence):  # the stored transcript, whatever its length
                 self.canonical, self.resynced = reread, True
             self.refresh()
             self.receipt(ReceiptStatus.BLOCKED, STALE, action)
