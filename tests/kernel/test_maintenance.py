@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from ctxfold.engine import driving
 from ctxfold.kernel import maintenance
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.errors import CompactionRequiredError, ProviderError, SummaryFailedError
@@ -99,7 +100,7 @@ def run(ctx: MaintenanceContext, answers: list[SummaryResult | Exception] | None
 
     view = visible_view(ctx.committer.state.projection, ctx.canonical)
     tokens = ctx.estimator.estimate(RequestShape(view))
-    outcome = maintenance.drive(maintenance.maintain(ctx, view, tokens), summarize,
+    outcome = driving.drive(maintenance.maintain(ctx, view, tokens), summarize,
                                 lambda: ctx.canonical)
     return outcome, asked
 
@@ -207,7 +208,7 @@ def test_the_async_driver_reaches_the_same_outcome() -> None:
         return SummaryResult(text="## Goal\n- g")
 
     view = visible_view(None, ctx.canonical)
-    outcome = asyncio.run(maintenance.adrive(
+    outcome = asyncio.run(driving.adrive(
         maintenance.maintain(ctx, view, ctx.estimator.estimate(RequestShape(view))),
         summarize, lambda: ctx.canonical))
     assert (outcome.view, outcome.tokens, outcome.action) == (

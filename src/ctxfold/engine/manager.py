@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from ctxfold.capabilities.tool import handle_use_capability
+from ctxfold.engine import driving
 from ctxfold.engine import turn as turns
 from ctxfold.engine.parts import (
     LoadedSession,
@@ -218,7 +219,7 @@ class ContextManager:
         """Return the request to send, maintaining the context first if it must (SPEC §3.2)."""
         with self._lock:
             self._sync()
-            outcome = maintenance.drive(self._maintenance(trigger, focus),
+            outcome = driving.drive(self._maintenance(trigger, focus),
                                         self.summarizer.summarize, self._reread)
             return self._apply(outcome)
 
@@ -235,7 +236,7 @@ class ContextManager:
             with self._lock:
                 self._sync()
             steps = self._maintenance(trigger, focus)
-            outcome = await maintenance.adrive(
+            outcome = await driving.adrive(
                 steps, lambda request: asummarize(self.summarizer, request), self._reread)
             with self._lock:
                 return self._apply(outcome)

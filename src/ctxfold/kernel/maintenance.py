@@ -8,28 +8,24 @@ pressure, the fold region is summarized into one checkpoint. Every outcome leave
 :class:`~ctxfold.kernel.types.SummaryRequest` whenever it needs a summary (and is sent the
 :class:`~ctxfold.kernel.types.SummaryResult`, or has the summarizer's error thrown in) and a
 :data:`RESYNC` when a lost compare-and-swap means the transcript must be re-read (and is sent
-the current canonical messages). It returns an :class:`Outcome`. :func:`drive` and
-:func:`adrive` run it against a sync or an async summarizer, so both faces share one logic.
+the current canonical messages). It returns an :class:`Outcome`; ``ctxfold.engine.driving``
+runs it against a sync or an async summarizer, so both faces share one logic.
 """
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
 
 from ctxfold.kernel.errors import CompactionRequiredError, CtxfoldError
 from ctxfold.kernel.operations import (
     ABOVE_TRIGGER,
-    RESYNC,
     FoldResult,
     Maintenance,
     MaintenanceContext,
-    Outcome,
     Run,
 )
 from ctxfold.kernel.state import ReceiptAction, ReceiptStatus
-from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, Trigger
+from ctxfold.kernel.types import Message, Trigger
 
 #: Summary attempts per prepare: 2 under pressure, 1 on overflow, 1 manual (4 manual above
 #: the hard ceiling).
@@ -101,53 +97,3 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
             f"last receipt: {last.reason if last else 'none'}"
         ))
     return run.outcome()
-
-
-def drive(
-    steps: Maintenance,
-    summarize: Callable[[SummaryRequest], SummaryResult],
-    reread: Callable[[], Sequence[Message]],
-) -> Outcome:
-    """Run :func:`maintain` with a synchronous summarizer."""
-    answer: object = None
-    error: CtxfoldError | None = None
-    try:
-        while True:
-            step = steps.throw(error) if error is not None else steps.send(answer)
-            answer, error = None, None
-            if step is RESYNC:
-                answer = reread()
-                continue
-            assert isinstance(step, SummaryRequest)
-            try:
-                answer = summarize(step)
-            except CtxfoldError as exc:
-                error = exc
-    except StopIteration as stop:
-        outcome: Outcome = stop.value
-        return outcome
-
-
-async def adrive(
-    steps: Maintenance,
-    summarize: Callable[[SummaryRequest], Awaitable[SummaryResult]],
-    reread: Callable[[], Sequence[Message]],
-) -> Outcome:
-    """Run :func:`maintain` with an asynchronous summarizer."""
-    answer: object = None
-    error: CtxfoldError | None = None
-    try:
-        while True:
-            step = steps.throw(error) if error is not None else steps.send(answer)
-            answer, error = None, None
-            if step is RESYNC:
-                answer = reread()
-                continue
-            assert isinstance(step, SummaryRequest)
-            try:
-                answer = await summarize(step)
-            except CtxfoldError as exc:
-                error = exc
-    except StopIteration as stop:
-        outcome: Outcome = stop.value
-        return outcome

@@ -1,0 +1,65 @@
+"""Running a maintenance generator (``ctxfold.kernel.maintenance.maintain``) to its end.
+
+The generator yields a :class:`~ctxfold.kernel.types.SummaryRequest` when it needs a summary
+and :data:`~ctxfold.kernel.operations.RESYNC` when a lost compare-and-swap means the
+transcript must be re-read; :func:`drive` answers with a synchronous summarizer,
+:func:`adrive` with an awaitable one, so both faces of ``prepare()`` share one logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from ctxfold.kernel.errors import CtxfoldError
+from ctxfold.kernel.operations import RESYNC, Maintenance, Outcome
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
+
+
+def drive(
+    steps: Maintenance,
+    summarize: Callable[[SummaryRequest], SummaryResult],
+    reread: Callable[[], Sequence[Message]],
+) -> Outcome:
+    """Run :func:`maintain` with a synchronous summarizer."""
+    answer: object = None
+    error: CtxfoldError | None = None
+    try:
+        while True:
+            step = steps.throw(error) if error is not None else steps.send(answer)
+            answer, error = None, None
+            if step is RESYNC:
+                answer = reread()
+                continue
+            assert isinstance(step, SummaryRequest)
+            try:
+                answer = summarize(step)
+            except CtxfoldError as exc:
+                error = exc
+    except StopIteration as stop:
+        outcome: Outcome = stop.value
+        return outcome
+
+
+async def adrive(
+    steps: Maintenance,
+    summarize: Callable[[SummaryRequest], Awaitable[SummaryResult]],
+    reread: Callable[[], Sequence[Message]],
+) -> Outcome:
+    """Run :func:`maintain` with an asynchronous summarizer."""
+    answer: object = None
+    error: CtxfoldError | None = None
+    try:
+        while True:
+            step = steps.throw(error) if error is not None else steps.send(answer)
+            answer, error = None, None
+            if step is RESYNC:
+                answer = reread()
+                continue
+            assert isinstance(step, SummaryRequest)
+            try:
+                answer = await summarize(step)
+            except CtxfoldError as exc:
+                error = exc
+    except StopIteration as stop:
+        outcome: Outcome = stop.value
+        return outcome
