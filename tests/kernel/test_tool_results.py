@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxfold.capabilities.tool_result import read_tool_result
-from ctxfold.kernel.tool_results import (
+from ctxfold.capabilities.bounding import (
     TOOL_CONTENT_BOUND,
     bound_tool_content,
     make_tool_result,
     result_ref,
 )
+from ctxfold.capabilities.tool_result import read_tool_result
 
 CAP = TOOL_CONTENT_BOUND
 MARKER = re.compile(

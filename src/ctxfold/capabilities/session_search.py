@@ -34,9 +34,9 @@ from itertools import islice
 from typing import Any
 
 from ctxfold.capabilities.arguments import int_arg
+from ctxfold.capabilities.bounding import TOOL_CONTENT_BOUND
 from ctxfold.capabilities.session_message import Document, document, ref_of, resolve
 from ctxfold.kernel.errors import ToolResultError
-from ctxfold.kernel.tool_results import TOOL_CONTENT_BOUND
 from ctxfold.kernel.types import Message
 
 #: The ``re`` parser (private, but stable across 3.11+): walked to refuse costly patterns.

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ctxfold.capabilities.arguments import int_arg
+from ctxfold.capabilities.bounding import result_ref as compute_result_ref
 from ctxfold.kernel.errors import ToolResultError
-from ctxfold.kernel.tool_results import result_ref as compute_result_ref
 from ctxfold.kernel.types import Message
 
 #: Default and maximum page size in bytes.
