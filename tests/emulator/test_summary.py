@@ -69,3 +69,19 @@ def test_llm_summarizer_through_deepseek_provider(chars) -> None:
         sent = emu.requests[0].body
         assert sent["thinking"] == {"type": "disabled"}  # reasoning forced off (SPEC §3.4)
         assert sent["messages"][-1]["content"].startswith("[ctxfold:summary-request]")
+
+
+def test_the_emulator_writes_about_the_length_the_instruction_asks_for() -> None:
+    from ctxfold.emulator.script import summary_reply
+
+    region = [*fold_region(), *(Message(role="tool", tool_call_id="call_1",
+                                        content=f"src/app/mod_{i}.py: error E{i} in parse_{i}")
+                                for i in range(400))]
+    asked = summary_mod.build_summary_request(None, region, (), window=100_000,
+                                              target_tokens=512)
+    body = {"max_tokens": asked.max_tokens}
+    short = summary_reply(list(asked.messages), body)
+    unasked = summary_mod.build_summary_request(None, region, (), window=100_000)
+    long = summary_reply(list(unasked.messages), body)
+    assert short is not None and long is not None
+    assert len(short.text) <= 512 * extractive.CHARS_PER_TOKEN < len(long.text)

@@ -132,8 +132,12 @@ def test_prune_survives_failed_summary_and_restart(open_session) -> None:
     cm.prepare()
     assert len(summarizer.requests) == 1
     assert cm.state.projection is not None and cm.state.projection.projection_version == 1
+    # The summary failed, so the prune (above the prune-alone target) was installed alone
+    # after it: the failure stays in the telemetry, the last receipt is the prune's.
     receipt = cm.state.last_receipt
-    assert receipt is not None and receipt.status is ReceiptStatus.FAILED
+    assert receipt is not None and receipt.status is ReceiptStatus.APPLIED
+    assert receipt.action is ReceiptAction.PRUNE
+    assert any(t.action == "summary:failed" for t in cm.state.telemetry)
     again = open_session(window=30_000, ratio=0.5, summarizer=RecordingSummarizer())
     assert again.state.projection is not None
     assert again.state.projection.projection_version == 1

@@ -72,7 +72,23 @@ def test_a_single_message_too_large_for_any_request_is_clipped_in_the_request() 
 def test_the_candidate_replaces_the_region_with_one_summary() -> None:
     view = session([100] * 4)
     plan = fold.FoldPlan(head=2, end=6, tail_start=6)
-    made = checkpoint.candidate(view, plan, "## Goal\n- g", projection=None, canonical=view)
+    made = checkpoint.candidate(view, plan, "## Goal\n- g", projection=None, canonical=view,
+                                window=100_000, count=lambda m: len(m.content))
     assert made.covered_count == 6
     assert [is_summary_message(m) for m in made.view].count(True) == 1
     assert made.view == [*view[:2], made.body[2], *view[6:]]
+
+
+def test_the_candidate_keeps_a_large_task_clipped_and_the_pruned_tail() -> None:
+    view = session([100] * 4)
+    view[1] = Message(role="user", content="T" * 9_000)  # over 8% of a 100,000 window
+    pruned = [m if m.role != "tool" else Message(role="tool", content="p",
+                                                  tool_call_id=m.tool_call_id) for m in view]
+    plan = fold.FoldPlan(head=2, end=4, tail_start=4)
+    made = checkpoint.candidate(view, plan, "## Goal\n- g", projection=None, canonical=view,
+                                window=100_000, count=lambda m: len(m.content), pruned=pruned)
+    task = made.body[1]
+    assert len(task.content) < 8_000 and '{"ref": "#1"}' in task.content
+    assert made.covered_count == len(view)  # the pruned tail is part of the body
+    assert [m.content for m in made.body[3:]] == [m.content for m in pruned[4:]]
+    assert "#2–#3" in made.body[2].content  # the lookup hint names what was folded

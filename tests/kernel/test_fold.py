@@ -40,10 +40,22 @@ def result(call_id: str, text: str) -> Message:
 # -- head ------------------------------------------------------------------------------------
 
 
-def test_head_pins_system_and_task_statement_up_to_8_percent() -> None:
+def test_head_pins_system_and_task_statement() -> None:
     view = [sys_(), user("t" * 80), call("c1"), result("c1", "r")]
-    assert fold.head_length(view, window=1000, count=count) == 2  # 80 <= 8% of 1000
-    assert fold.head_length(view, window=999, count=count) == 1  # 80 > 79.92: it folds
+    assert fold.head_length(view, window=1000, count=count) == 2
+    assert fold.head_length(view, window=10, count=count) == 2  # however large the task
+
+
+def test_a_task_within_8_percent_is_pinned_verbatim_a_larger_one_clipped_once() -> None:
+    task = user("".join(f"word{i} " for i in range(400)))  # 3,090 tokens (chars) here
+    assert fold.pinned_task(task, 1, window=40_000, count=count) is task  # 3,090 <= 3,200
+    clipped = fold.pinned_task(task, 1, window=10_000, count=count)  # budget 800
+    assert count(clipped) <= 800 and clipped.raw_content is None
+    assert clipped.content.startswith("word0 word1") and clipped.content.endswith("word399 ")
+    assert '"session:message" {"ref": "#1"}' in clipped.content
+    # Idempotent: the next checkpoint pins exactly the same bytes (a cache hit).
+    assert fold.pinned_task(clipped, 1, window=10_000, count=count) is clipped
+    assert fold.pinned_task(clipped, 1, window=5_000, count=count) is clipped
 
 
 def test_head_never_pins_an_earlier_summary_as_the_task() -> None:

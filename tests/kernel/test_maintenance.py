@@ -213,3 +213,38 @@ def test_the_async_driver_reaches_the_same_outcome() -> None:
         summarize, lambda: ctx.canonical))
     assert (outcome.view, outcome.tokens, outcome.action) == (
         sync_outcome.view, sync_outcome.tokens, sync_outcome.action)
+
+
+# -- prune alone only when it buys a stretch of turns (the prune-alone target) ---------------
+
+
+def test_a_prune_that_lands_below_the_prune_alone_target_is_installed_alone() -> None:
+    c, saved = new_committer()
+    # trigger 8000, prune-alone target 6000 (60% of the window): 9725 → 4925
+    outcome, asked = run(context(session(12, 800), c, ratio=0.8, pruner=HalveTools()))
+    assert outcome.action is PrepareAction.PRUNE and not asked and len(saved) == 1
+
+
+def test_a_prune_that_only_clears_the_trigger_goes_inside_the_checkpoint() -> None:
+    c, saved = new_committer()
+    # 13325 → 6725 after pruning: under the trigger (8000) but above the target (6000), so
+    # the old rule's prune-alone install (which breaks the cache for a few turns) is not made
+    outcome, asked = run(context(session(12, 1100), c, ratio=0.8, pruner=HalveTools()))
+    assert outcome.action is PrepareAction.SUMMARY and len(asked) == 1
+    installs = [s for s in saved if s.last_receipt and s.last_receipt.status.value == "applied"]
+    assert len(installs) == 1 and outcome.pruned  # one install: the prune is inside it
+    body = c.state.projection.messages  # type: ignore[union-attr]
+    kept_tools = [m for m in body if m.role == "tool"]
+    assert kept_tools and all(len(m.content) == 550 for m in kept_tools)  # pruned form
+    # The summary request still replays the region as it was sent (cache-aligned).
+    assert all(len(m.content) == 1100 for m in asked[0].messages if m.role == "tool")
+
+
+def test_when_no_checkpoint_can_be_made_the_prune_is_installed_after_all() -> None:
+    c, _saved = new_committer()
+    outcome, asked = run(context(session(12, 1100), c, ratio=0.8, pruner=HalveTools()),
+                         [SummaryResult(text="")])  # the summary fails
+    assert len(asked) == 1 and outcome.pruned and outcome.action is PrepareAction.PRUNE
+    assert outcome.tokens < 8000
+    receipt = c.state.last_receipt
+    assert receipt is not None and receipt.action.value == "prune"

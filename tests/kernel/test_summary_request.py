@@ -11,9 +11,11 @@ from ctxfold.kernel.summary import (
     SUMMARY_HEADINGS,
     SUMMARY_INSTRUCTION,
     SUMMARY_INSTRUCTION_MARKER,
+    briefing_tokens,
     build_summary_request,
     is_summary_message,
     is_summary_request,
+    requested_length,
     summary_output_cap,
     unwrap_summary,
     validate_summary_result,
@@ -134,3 +136,39 @@ def test_validate_rejects_empty(text: str) -> None:
 def test_validate_rejects_length_truncation_even_with_text() -> None:
     with pytest.raises(SummaryFailedError, match="truncated"):
         validate_summary_result(SummaryResult(text="## Goal\n- half", finish_reason="length"))
+
+
+@pytest.mark.parametrize(("window", "target"), [(4_000, 512), (27_904, 1_744), (59_904, 3_744),
+                                                (200_000, 4_096), (1_000_000, 4_096)])
+def test_briefing_length_is_a_sixteenth_of_the_window_within_bounds(window: int,
+                                                                   target: int) -> None:
+    assert briefing_tokens(window) == target
+
+
+def test_the_instruction_asks_for_the_target_length_and_max_tokens_stays_the_cap() -> None:
+    request = build_summary_request(SYSTEM, REGION, TOOLS, window=59_904,
+                                    target_tokens=briefing_tokens(59_904), focus="parser")
+    instruction = request.messages[-1].content
+    assert request.target_tokens == 3_744 and request.max_tokens == 8_192  # never cut
+    assert "- Length: about 3744 tokens." in instruction
+    assert requested_length(instruction) == 3_744
+    assert instruction.index("Length:") < instruction.index("parser")  # focus stays last
+    assert is_summary_request(request.messages)
+    assert requested_length(build_summary_request(None, REGION, (), window=1000)
+                            .messages[-1].content) == 0  # nothing asked: nothing parsed
+
+
+def test_the_engine_asks_for_the_briefing_length() -> None:
+    from ctxfold.kernel import checkpoint, fold
+
+    view = [SYSTEM, *REGION, *REGION[1:]]
+    plan = fold.FoldPlan(head=2, end=4, tail_start=4)
+
+    class Count:
+        def estimate(self, shape: object) -> int:
+            return 10
+
+    planned = checkpoint.summary_request(view, plan, tools=(), window=64_000, focus=None,
+                                         cache_key="k", estimator=Count(),  # type: ignore
+                                         count=lambda m: 5)
+    assert planned is not None and planned.request.target_tokens == briefing_tokens(64_000)

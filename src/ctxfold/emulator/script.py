@@ -88,14 +88,15 @@ class ScriptRunner:
 
 
 def summary_reply(messages: Sequence[Message], body: Mapping[str, Any]) -> ReplySpec | None:
-    """The extractive summary when ``messages`` is a ctxfold summary request, else ``None``.
+    """The extractive summary when ``messages`` is a ctxfold summary request, else ``None``;
+    as long as the instruction asks (a model writes about the length it is asked for).
 
     Imported lazily: the summary modules are optional at emulator import time.
     """
     if not messages or "[ctxfold:summary-request]" not in messages[-1].content:
         return None
     try:
-        from ctxfold.kernel.summary import is_summary_request
+        from ctxfold.kernel.summary import is_summary_request, requested_length
         from ctxfold.kernel.types import SummaryRequest
         from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
     except ImportError:  # pragma: no cover - only while the summary modules are missing
@@ -105,7 +106,8 @@ def summary_reply(messages: Sequence[Message], body: Mapping[str, Any]) -> Reply
     cap = body.get("max_tokens") or body.get("max_completion_tokens") \
         or body.get("max_output_tokens") or 8192
     result = ExtractiveSummarizer().summarize(
-        SummaryRequest(messages=tuple(messages), tools=(), max_tokens=int(cap))
+        SummaryRequest(messages=tuple(messages), tools=(), max_tokens=int(cap),
+                       target_tokens=requested_length(messages[-1].content))
     )
     return ReplySpec(text=result.text, finish_reason=result.finish_reason)
 

@@ -17,6 +17,7 @@ from ctxfold.kernel import fold
 from ctxfold.kernel.contracts import Estimator
 from ctxfold.kernel.state import Projection
 from ctxfold.kernel.summary import (
+    briefing_tokens,
     build_summary_request,
     lookup_hint,
     summary_output_cap,
@@ -63,7 +64,7 @@ def summary_request(
 
     def request_for(end: int) -> SummaryRequest:
         request = build_summary_request(system, view[start:end], tools, window=window,
-                                        focus=focus)
+                                        focus=focus, target_tokens=briefing_tokens(window))
         return attrs.evolve(request, cache_key=cache_key)
 
     def fits(end: int) -> bool:
@@ -123,17 +124,28 @@ def candidate(
     *,
     projection: Projection | None,
     canonical: Sequence[Message],
+    window: int,
+    count: Callable[[Message], int],
+    pruned: Sequence[Message] | None = None,
 ) -> Candidate:
-    """The projection that replaces ``view[plan.head:plan.end]`` with the summary ``text``."""
-    body, covered = fold.fold_body(
-        view,
-        plan,
-        wrap_summary(text),
-        body_len=len(projection.messages) if projection else 0,
-        covered_count=projection.covered_count if projection else 0,
-        canonical=canonical,
-    )
+    """The projection that replaces ``view[plan.head:plan.end]`` with the summary ``text``.
+
+    ``pruned`` (the view with its oversized tool results pruned, message for message) gives
+    the kept messages in their pruned form: the prune is then part of this checkpoint.
+    """
+    body_len = len(projection.messages) if projection else 0
+    covered_count = projection.covered_count if projection else 0
+    _, covered = fold.fold_body(view, plan, wrap_summary(text), body_len=body_len,
+                                covered_count=covered_count, canonical=canonical)
     first = canonical_index(canonical, 0, plan.head)  # the head stays verbatim
-    body[plan.head] = wrap_summary(text, lookup_hint(canonical, first, covered))
+    summary = wrap_summary(text, lookup_hint(canonical, first, covered))
+    if pruned is not None:  # as if the pruned view were the body, covering everything
+        view, body_len, covered_count = pruned, len(pruned), len(canonical)
+    body, covered = fold.fold_body(view, plan, summary, body_len=body_len,
+                                   covered_count=covered_count, canonical=canonical)
+    task = plan.head - 1
+    if task >= 0 and body[task].role == "user":
+        body[task] = fold.pinned_task(body[task], canonical_index(canonical, 0, task), window,
+                                      count)
     new_view = visible_view(Projection(messages=tuple(body), covered_count=covered), canonical)
     return Candidate(body=body, covered_count=covered, view=new_view)

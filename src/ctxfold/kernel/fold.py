@@ -38,20 +38,38 @@ class FoldPlan:
         return self.end - self.head
 
 
+#: Marks a task statement the head keeps clipped (its full text stays in the transcript).
+TASK_CLIP_MARKER = ("[... middle of the task statement omitted here; its full text is "
+                    "message #{n} of this session: use_capability \"session:message\" "
+                    '{{"ref": "#{n}"}} ...]')
+
+
 def head_length(view: Sequence[Message], window: int, count: TokenCount) -> int:
-    """Leading system message + the task statement (first user message) while it is ≤ 8%
-    of the window. Pinned verbatim, so successive checkpoints keep the same cached head."""
+    """Leading system message + the task statement (first user message). Pinned before the
+    summary — verbatim while it is ≤ 8% of the window, else clipped to that
+    (:func:`pinned_task`) — so successive checkpoints keep the same cached head."""
     head = 0
     if head < len(view) and view[head].role == "system":
         head += 1
-    if (
-        head < len(view)
-        and view[head].role == "user"
-        and not is_summary_message(view[head])
-        and count(view[head]) <= HEAD_PIN_RATIO * window
-    ):
+    if head < len(view) and view[head].role == "user" and not is_summary_message(view[head]):
         head += 1
     return head
+
+
+def pinned_task(message: Message, position: int, window: int, count: TokenCount) -> Message:
+    """The task statement as the checkpoint head keeps it: unchanged within 8% of the
+    window; larger, its first 3/4 and last 1/4 of that budget around a marker naming the
+    canonical ``position`` of the full text. Idempotent (a clipped task stays as it is), so
+    every checkpoint carries the same bytes."""
+    tokens, text = count(message), message.content
+    budget = HEAD_PIN_RATIO * window
+    if tokens <= budget or message.parts or "[... middle of the task statement" in text:
+        return message
+    marker = TASK_CLIP_MARKER.format(n=position)
+    keep = max(0, int(len(text) * budget / tokens * 0.9) - len(marker))
+    head = keep * 3 // 4
+    clipped = f"{text[:head]}\n{marker}\n{text[len(text) - (keep - head):]}"
+    return attrs.evolve(message, content=clipped, raw_content=None)
 
 
 def tail_start(view: Sequence[Message], head: int, window: int, count: TokenCount) -> int:

@@ -31,6 +31,19 @@ from ctxfold.kernel.types import Message, Trigger
 #: the hard ceiling).
 MAX_SUMMARIES: dict[Trigger, int] = {"pressure": 2, "overflow": 1, "manual": 1}
 MANUAL_RESCUE_SUMMARIES = 4
+#: A pressure prune is installed alone only when it lands below this share of the window
+#: (docs/performance.md, "Maintenance economics"); otherwise it goes into the checkpoint.
+PRUNE_ALONE_RATIO = 0.6
+
+def prune_alone_target(ctx: MaintenanceContext) -> int:
+    """Below what a prune is installed alone. Under pressure: :data:`PRUNE_ALONE_RATIO` of
+    the window — a prune that lands just under the trigger buys a few turns and breaks the
+    cache for them, so it is applied inside the checkpoint the fold builds instead. Overflow
+    and manual rescues: the hard ceiling, as before."""
+    if ctx.trigger == "pressure":
+        return min(ctx.trigger_tokens, int(ctx.window * PRUNE_ALONE_RATIO))
+    return ctx.hard_ceiling
+
 
 def _skip(ctx: MaintenanceContext, run: Run) -> bool:
     """Pressure above the trigger but below the hard ceiling is not retried for a view that
@@ -62,11 +75,11 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
         if _skip(ctx, run):
             return run.outcome()
     must_free = trigger == "overflow" or run.tokens >= hard
-    if (trigger != "manual" or run.tokens >= hard) and (yield from run.prune()) and (
-        (trigger == "pressure" and run.tokens < trigger_tokens)
-        or (trigger != "pressure" and run.tokens < hard)
-    ):
-        return run.outcome()
+    pruned = run.prune_candidate() if trigger != "manual" or run.tokens >= hard else None
+    if pruned is not None and pruned.tokens < prune_alone_target(ctx):
+        if (yield from run.prune(pruned)):
+            return run.outcome()
+        pruned = None  # lost the compare-and-swap: fold what is stored now
     attempts = MAX_SUMMARIES[trigger]
     if trigger == "manual" and run.tokens >= hard:
         attempts = MANUAL_RESCUE_SUMMARIES
@@ -76,15 +89,20 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
                 and run.latches.summary_turn == ctx.turn and run.tokens < hard):
             break  # one turn never pays two automatic summaries (a rescue above hard may)
         try:
-            result = yield from run.fold(forced=trigger == "manual" or must_free)
+            result = yield from run.fold(forced=trigger == "manual" or must_free, pruned=pruned)
         except CtxfoldError as exc:  # a manual compaction's summary failed: tell the caller
             return run.outcome(error=exc)
         if result is not FoldResult.INSTALLED:
             break
+        pruned = None  # applied inside the checkpoint
         if run.tokens < trigger_tokens or (trigger != "pressure" and run.tokens < hard):
             run.latches = run.latches.cleared()
             return run.outcome()
         must_free = trigger == "overflow" or run.tokens >= hard
+    # No checkpoint could be made: the prune alone still helps.
+    if (pruned is not None and result is not FoldResult.STALE and (yield from run.prune(pruned))
+            and (run.tokens < trigger_tokens or (trigger != "pressure" and run.tokens < hard))):
+        return run.outcome()
     if result is FoldResult.INSTALLED and run.tokens >= trigger_tokens:
         run.receipt(ReceiptStatus.BLOCKED, ABOVE_TRIGGER.format(n=run.summary_calls),
                     ReceiptAction.SUMMARY)

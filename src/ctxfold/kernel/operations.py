@@ -43,7 +43,6 @@ NO_SAFE_PREFIX = "no summary request fits the window"
 STALE = "context changed during summary; automatic retry blocked for this generation"
 
 
-
 class Resync(enum.Enum):
     """The step that asks the driver to re-read the transcript after a lost CAS."""
 
@@ -126,6 +125,15 @@ class Outcome:
     latches: Latches
     canonical: Sequence[Message] | None = None
     error: CtxfoldError | None = None
+
+
+@attrs.frozen
+class Pruned:
+    """A pruned view not yet installed: its messages, how many results it cut, its size."""
+
+    view: list[Message]
+    affected: int
+    tokens: int
 
 
 Step = SummaryRequest | Resync
@@ -215,20 +223,22 @@ class Run:
             return False
         return True
 
-    def prune(self) -> Generator[Step, object, bool]:
-        ctx = self.ctx
-        pruned = ctx.pruner.prune(self.view)
+    def prune_candidate(self) -> Pruned | None:
+        """What the pruner would make of the view, when it is smaller (nothing installed)."""
+        pruned = self.ctx.pruner.prune(self.view)
         if pruned is None:
-            return False
+            return None
         new_view, affected = pruned
         new_tokens = self.estimate(new_view)
-        if new_tokens >= self.tokens:
-            return False
-        captured = ctx.committer.capture(len(self.canonical))
+        return Pruned(new_view, affected, new_tokens) if new_tokens < self.tokens else None
+
+    def prune(self, pruned: Pruned) -> Generator[Step, object, bool]:
+        """Install ``pruned`` alone (a prune projection over the whole transcript)."""
+        captured = self.ctx.committer.capture(len(self.canonical))
         if not (yield from self.install(
-            captured, self.input_hash(), ReceiptAction.PRUNE, body=new_view,
-            covered=len(self.canonical), candidate=new_view, new_tokens=new_tokens,
-            affected=affected,
+            captured, self.input_hash(), ReceiptAction.PRUNE, body=pruned.view,
+            covered=len(self.canonical), candidate=pruned.view, new_tokens=pruned.tokens,
+            affected=pruned.affected,
         )):
             return False
         self.action = PrepareAction.PRUNE
@@ -236,8 +246,11 @@ class Run:
         self.refresh()
         return True
 
-    def fold(self, forced: bool) -> Generator[Step, object, FoldResult]:
-        """One summary fold."""
+    def fold(
+        self, forced: bool, pruned: Pruned | None = None
+    ) -> Generator[Step, object, FoldResult]:
+        """One summary fold; with ``pruned``, the kept tail is taken from the pruned view (the
+        prune is applied inside the checkpoint instead of being installed alone)."""
         ctx = self.ctx
         plan = fold.plan_fold(self.view, ctx.window, ctx.count, forced=forced)
         if plan is None:
@@ -275,7 +288,8 @@ class Run:
             return FoldResult.FAILED
         made = checkpoint.candidate(self.view, planned.plan, text,
                                     projection=ctx.committer.state.projection,
-                                    canonical=self.canonical)
+                                    canonical=self.canonical, window=ctx.window,
+                                    count=ctx.count, pruned=pruned.view if pruned else None)
         new_tokens = self.estimate(made.view)
         if new_tokens >= self.tokens:
             self.receipt(ReceiptStatus.BLOCKED, NOT_SMALLER, ReceiptAction.SUMMARY)
@@ -286,10 +300,11 @@ class Run:
         if not (yield from self.install(
             captured, view_hash, ReceiptAction.SUMMARY, body=made.body,
             covered=made.covered_count, candidate=made.view, new_tokens=new_tokens,
-            summary_text=text,
+            summary_text=text, affected=pruned.affected if pruned else 0,
         )):
             return FoldResult.STALE
         self.action = PrepareAction.SUMMARY
+        self.pruned = self.pruned or pruned is not None
         self.refresh()
         return FoldResult.INSTALLED
 

@@ -128,8 +128,6 @@ class SidecarState:
     updated_at: str = ""
 
 
-
-
 def label_cache(
     last_activity: float | None, now: float, ttl_minutes: int
 ) -> tuple[CacheState, float | None]:

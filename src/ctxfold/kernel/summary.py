@@ -14,6 +14,7 @@ selected summarizer, validates the result with :func:`validate_summary_result` a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ctxfold.kernel.errors import MaintenanceError, SummaryFailedError
@@ -99,10 +100,33 @@ def is_summary_request(messages: Sequence[Message]) -> bool:
     return last.role == "user" and last.content.lstrip().startswith(SUMMARY_INSTRUCTION_MARKER)
 
 
-def summary_instruction(focus: str | None = None) -> str:
-    """The instruction text, with the optional ``/compact <focus>`` text appended."""
+#: The briefing length asked for: a sixteenth of the window, within these bounds (tokens).
+BRIEFING_RATIO = 1 / 16
+BRIEFING_MIN, BRIEFING_MAX = 512, 4096
+LENGTH_RULE = ("- Length: about {n} tokens. Merging an earlier summary never makes the "
+               "briefing longer: drop the least useful details first.")
+_LENGTH = re.compile(r"^- Length: about (\d{1,7}) tokens\.", re.MULTILINE)
+
+
+def briefing_tokens(window: int) -> int:
+    """The briefing length a summary request asks for (``target_tokens``): the window over
+    16, from 512 to 4096 tokens. Asked of the model as a target, never enforced by cutting
+    ``max_tokens`` (a truncated briefing is a failure)."""
+    return min(BRIEFING_MAX, max(BRIEFING_MIN, int(window * BRIEFING_RATIO)))
+
+
+def requested_length(instruction: str) -> int:
+    """The briefing length a summary instruction asks for (0 when it names none)."""
+    found = _LENGTH.search(instruction)
+    return int(found.group(1)) if found else 0
+
+
+def summary_instruction(focus: str | None = None, target: int = 0) -> str:
+    """The instruction text, asking for about ``target`` tokens when given, with the optional
+    ``/compact <focus>`` text appended."""
     focus = (focus or "").strip()
-    return SUMMARY_INSTRUCTION + (FOCUS_PREFIX + focus if focus else "")
+    text = SUMMARY_INSTRUCTION + ("\n" + LENGTH_RULE.format(n=target) if target else "")
+    return text + (FOCUS_PREFIX + focus if focus else "")
 
 
 def build_summary_request(
@@ -112,13 +136,16 @@ def build_summary_request(
     *,
     window: int,
     focus: str | None = None,
+    target_tokens: int = 0,
 ) -> SummaryRequest:
     """Build the cache-aligned summary request of SPEC §3.4.
 
     ``messages`` = ``system`` (when given) + ``fold_region`` as it is (already the
     provider-visible form, so its bytes match what the provider cached) + one final
-    ``user``/``host`` instruction. ``tools`` are passed through unchanged because a different
-    tool list would change the cached prefix. ``max_tokens`` is :func:`summary_output_cap`.
+    ``user``/``host`` instruction, asking for about ``target_tokens`` when given (the engine
+    asks for :func:`briefing_tokens`). ``tools`` are passed through unchanged because a
+    different tool list would change the cached prefix. ``max_tokens`` is
+    :func:`summary_output_cap`.
 
     ``local_only`` messages are dropped: they are never sent to a provider. A region that
     already starts with a system message gets no second one.
@@ -127,13 +154,15 @@ def build_summary_request(
     head: list[Message] = []
     if system is not None and not (region and region[0].role == "system"):
         head.append(system)
-    instruction = Message(role="user", content=summary_instruction(focus), origin="host")
+    instruction = Message(role="user", content=summary_instruction(focus, target_tokens),
+                          origin="host")
     clean_focus = (focus or "").strip() or None
     return SummaryRequest(
         messages=(*head, *region, instruction),
         tools=tuple(tools),
         max_tokens=summary_output_cap(window),
         focus=clean_focus,
+        target_tokens=target_tokens,
     )
 
 
@@ -151,11 +180,15 @@ def lookup_hint(canonical: Sequence[Message], start: int, end: int) -> str:
         return ""
     first, last = canonical[start].id, canonical[end - 1].id
     ids = f" (ids {first}…{last})" if first and last else ""
-    tools = [f"#{i} {canonical[i].tool_call_id}" for i in range(end - 1, start - 1, -1)
-             if canonical[i].role == "tool" and canonical[i].tool_call_id]
-    cap = LOOKUP_TOOL_OUTPUTS
-    more = f" (+{len(tools) - cap} older)" if len(tools) > cap else ""
-    listed = f" Folded tool outputs, newest first: {', '.join(tools[:cap])}{more}." if tools else ""
+    tools: list[str] = []  # newest first, one past the cap: O(cap), not O(transcript)
+    for i in range(end - 1, start - 1, -1):
+        if canonical[i].role == "tool" and canonical[i].tool_call_id:
+            tools.append(f"#{i} {canonical[i].tool_call_id}")
+            if len(tools) > LOOKUP_TOOL_OUTPUTS:
+                break
+    more = " and older ones" if len(tools) > LOOKUP_TOOL_OUTPUTS else ""
+    shown = ", ".join(tools[:LOOKUP_TOOL_OUTPUTS])
+    listed = f" Folded tool outputs, newest first: {shown}{more}." if tools else ""
     return (f"{LOOKUP_MARKER} This summary folds messages #{start}–#{end - 1}{ids} of this "
             f"session; their full text is kept.{listed} Find them with use_capability "
             'capability_id "session:search" {"query": "..."}, read one with "session:message" '

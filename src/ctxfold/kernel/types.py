@@ -187,8 +187,7 @@ class SummaryRequest:
     #: The session's ``prompt_cache_key``, so the summary shares the normal requests' cache.
     cache_key: str = ""
     #: The briefing length asked for, in tokens (0: as long as needed, up to ``max_tokens``).
-    #: Model summarizers ignore it (the instruction asks for what it asks); the extractive
-    #: summarizer writes to it, which is how a replay gives every policy one length model.
+    #: The instruction asks a model for it in words; the extractive summarizer writes to it.
     target_tokens: int = 0
 
 

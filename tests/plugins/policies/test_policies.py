@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
 import pytest
 
 from ctxfold.kernel.kinds import PolicyOptions
@@ -154,3 +155,16 @@ def test_every_policy_is_registered_with_a_description(name: str) -> None:
     registry = Registry.from_config(load_entry_points=False)
     spec = registry.get("policy", name)
     assert spec.description and spec.source.startswith("builtin:ctxfold.plugins.policies.")
+
+
+def test_a_briefing_length_the_request_asks_for_is_kept_else_the_replay_default(
+        tmp_path: Path) -> None:
+    from ctxfold.kernel.summary import build_summary_request
+    from ctxfold.plugins.policies._common import with_target
+
+    options = attrs.evolve(setup(tmp_path, 64_000), summary_tokens=2048)
+    region = [Message(role="user", content="task")]
+    asks = build_summary_request(None, region, (), window=64_000, target_tokens=3_744)
+    silent = build_summary_request(None, region, (), window=64_000)
+    assert with_target(asks, options).target_tokens == 3_744  # what ctxfold's request asks
+    assert with_target(silent, options).target_tokens == 2048  # a peer's: the one default

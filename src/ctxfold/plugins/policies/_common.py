@@ -104,8 +104,10 @@ class BasePolicy:
 
 
 def with_target(request: SummaryRequest, setup: PolicyOptions) -> SummaryRequest:
-    """``request`` asking for the replay's one briefing length (``setup.summary_tokens``)."""
-    if not setup.summary_tokens or request.target_tokens == setup.summary_tokens:
+    """``request`` with the replay's briefing length (``setup.summary_tokens``) when it asks
+    for none: a model writes about the length a prompt asks for (ctxfold's ask for
+    ``briefing_tokens(window)``), and a default length when the prompt names none."""
+    if not setup.summary_tokens or request.target_tokens:
         return request
     return attrs.evolve(request, target_tokens=setup.summary_tokens)
 
