@@ -16,9 +16,11 @@ from typing import Any
 
 import attrs
 
+from ctxfold.capabilities.bounding import bound_new_message, make_tool_result
 from ctxfold.capabilities.tool import handle_use_capability
 from ctxfold.engine import driving
 from ctxfold.engine import turn as turns
+from ctxfold.engine.counts import PersistedCounts
 from ctxfold.engine.parts import (
     LoadedSession,
     SessionParts,
@@ -45,7 +47,6 @@ from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summari
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.operations import Latches, MaintenanceContext, Outcome, PrepareAction
 from ctxfold.kernel.state import SidecarState
-from ctxfold.kernel.tool_results import bound_new_message, make_tool_result
 from ctxfold.kernel.types import (
     ChatRequest,
     ChatResponse,
@@ -82,6 +83,7 @@ class ContextManager:
         self._latches = Latches()
         self._views = ViewTracker(parts.estimator)
         self._count = message_counter(parts.estimator)
+        self._counts = PersistedCounts(parts.store, parts.session_id, parts.estimator)
         self._lock = threading.RLock()
         self._alock = asyncio.Lock()
         self._last_shape: RequestShape | None = None
@@ -207,6 +209,7 @@ class ContextManager:
         prepared = PreparedRequest.of(outcome, self.tools, self.state.projection,
                                       self.trigger_tokens)
         self._last_shape = RequestShape(prepared.messages, self.tools)
+        self._counts.save()
         if outcome.error is not None:
             raise outcome.error
         hooks = self._committer.hooks
@@ -275,8 +278,7 @@ class ContextManager:
             return handle_use_capability(self._canonical, arguments)
 
     def prune_stale_tool_results(self) -> int:
-        """Compatibility no-op: pruning only happens under pressure. Returns 0."""
-        return 0
+        return 0  # compatibility no-op: pruning only happens under pressure
 
     snip_stale_tool_results = prune_stale_tool_results  # compatibility no-op: snipping retired
 
@@ -292,8 +294,7 @@ class ContextManager:
             window=lambda: self.window, estimate=self.estimate,
         )
 
-    def _learn(self, step: turns.Learn) -> None:
-        """Learn the window (effective = min(configured, learned)) and calibrate."""
+    def _learn(self, step: turns.Learn) -> None:  # window = min(configured, learned)
         self.learned_window = turns.learn(step, self.learned_window, self.estimator)
 
     def _before_request(self, provider: Provider, request: ChatRequest) -> None:
@@ -312,8 +313,7 @@ class ContextManager:
     async def acomplete(
         self, provider: Provider, *, max_output_tokens: int | None = None
     ) -> ChatResponse:
-        """:meth:`complete` for an event loop (an async provider is awaited, a sync one runs
-        in a worker thread)."""
+        """:meth:`complete` for an event loop (a sync provider runs in a worker thread)."""
         response = await turns.adrive(turns.turn(self._turn_context(max_output_tokens)),
                                       provider=provider, observe=self._before_request,
                                       prepare=self.aprepare, learn=self._learn)

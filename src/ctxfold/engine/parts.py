@@ -235,7 +235,10 @@ def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
         hooks=parts.registry.pm.hook,
         session_id=session_id,
     )
-    return LoadedSession(canonical=list(canonical), committer=committer, notices=tuple(notices),
+    # The very list the projection was validated against: its covered-prefix hash is then
+    # extended, not recomputed, by the next install (kernel.fingerprint).
+    canonical = canonical if isinstance(canonical, list) else list(canonical)
+    return LoadedSession(canonical=canonical, committer=committer, notices=tuple(notices),
                          revision=revision)
 
 

@@ -227,9 +227,42 @@ def message_to_dict(message: Message) -> dict[str, Any]:
     return data
 
 
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+_LINE_TEXT = frozenset({"content", "raw_content", "tool_call_id", "name", "reasoning_content",
+                        "created_at", "id"})
+_CALL_KEYS = frozenset({"id", "name", "arguments"})
+
+
+def _plain_message(data: Mapping[str, Any]) -> Message | None:
+    """The common transcript line (role, texts, origin, plain tool calls) built directly —
+    ~5x faster than the converter when a 50,000-message session is opened; ``None`` sends
+    anything else (other fields, other types, bad values) through the strict converter."""
+    if data.get("role") not in _ROLES:
+        return None
+    fields: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _LINE_TEXT:
+            if type(value) is not str:
+                return None
+        elif key == "tool_calls":
+            if type(value) is not list or not all(
+                    type(c) is dict and c.keys() <= _CALL_KEYS and "id" in c and "name" in c
+                    and all(type(v) is str for v in c.values()) for c in value):
+                return None
+            value = tuple(ToolCall(**c) for c in value)
+        elif key == "origin":
+            if value not in ("user", "host"):
+                return None
+        elif key != "role":
+            return None
+        fields[key] = value
+    return Message(**fields)
+
+
 def message_from_dict(data: Mapping[str, Any]) -> Message:
     """Structure a transcript line into a message; raises ``cattrs`` errors on bad data."""
-    return converter.structure(dict(data), Message)
+    plain = _plain_message(data)
+    return plain if plain is not None else converter.structure(dict(data), Message)
 
 
 def dumps_message(message: Message) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -48,31 +49,70 @@ def message_fingerprint(message: Message) -> str:
     return fingerprint([message])
 
 
+#: One compact encoder for every fingerprint (``json.dumps`` would build one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_CHUNK = 512
+
+
+def _extend(h: Any, messages: Iterable[Message], first: bool) -> bool:
+    """Feed ``messages`` to the running SHA-256 ``h`` — the bytes of their comma-joined
+    compact JSON, encoded a chunk at a time — and return whether none has been fed yet."""
+    chunk: list[dict[str, Any]] = []
+
+    def feed(first: bool) -> bool:
+        text = _ENCODER.encode(chunk)[1:-1]  # "[a,b]" → "a,b"
+        h.update((text if first else "," + text).encode("utf-8"))
+        chunk.clear()
+        return False
+
+    for message in messages:
+        if not message.local_only:
+            chunk.append(visible_fields(message))
+            if len(chunk) == _CHUNK:
+                first = feed(first)
+    return feed(first) if chunk else first
+
+
 def fingerprint(messages: Iterable[Message]) -> str:
     """Fingerprint of a message sequence; local-only messages are skipped."""
-    h = hashlib.sha256()
-    h.update(b"[")
-    first = True
-    for message in messages:
-        if message.local_only:
-            continue
-        if not first:
-            h.update(b",")
-        first = False
-        h.update(
-            json.dumps(
-                visible_fields(message), ensure_ascii=False, separators=(",", ":")
-            ).encode("utf-8")
-        )
+    h = hashlib.sha256(b"[")
+    _extend(h, messages, True)
     h.update(b"]")
     return h.digest()[:16].hex()
 
 
+#: Running hashes of prefixes seen before: (id of the list, count, its last message, whether
+#: it was empty, the SHA-256 state before the closing bracket). A transcript only grows by
+#: appends (a rewind or re-read gives a new list), so a prefix of the same list ending in the
+#: same message object has the same bytes.
+_PREFIXES: list[tuple[int, int, Message, bool, Any]] = []
+_PREFIX_LOCK = threading.Lock()
+_PREFIX_SLOTS = 64
+
+
 def covered_prefix_hash(canonical: Sequence[Message], covered_count: int) -> str:
-    """Fingerprint of ``canonical[:covered_count]``; empty when the count is out of range."""
+    """Fingerprint of ``canonical[:covered_count]``; empty when the count is out of range.
+
+    Incremental: the hash state of the longest prefix of the same list seen before is
+    extended by the messages after it, so an install (or the validation at open followed
+    by installs) hashes each covered message once, not the whole covered transcript again.
+    """
     if covered_count <= 0 or covered_count > len(canonical):
         return ""
-    return fingerprint(canonical[:covered_count])
+    start, first, h = 0, True, None
+    with _PREFIX_LOCK:
+        for key, count, last, empty, state in _PREFIXES:
+            if (key == id(canonical) and start < count <= covered_count
+                    and canonical[count - 1] is last):
+                start, first, h = count, empty, state
+        h = h.copy() if h is not None else hashlib.sha256(b"[")
+    first = _extend(h, canonical[start:covered_count], first)
+    entry = (id(canonical), covered_count, canonical[covered_count - 1], first, h.copy())
+    with _PREFIX_LOCK:
+        _PREFIXES[:] = [e for e in _PREFIXES if e[0] != id(canonical)][-_PREFIX_SLOTS + 1:]
+        _PREFIXES.append(entry)
+    h.update(b"]")
+    return h.digest()[:16].hex()
 
 
 def content_hash(text: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests.postgres import StoreSpec
 
-from ctxfold.kernel.errors import SessionError
+from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.types import Message, ToolCall
 
 
@@ -220,6 +220,31 @@ def test_delete_removes_transcript_and_sidecars_of_that_session_only(stores) -> 
     assert store.read_sidecar("ab") == b"x" and len(store.load("ab")) == 2
     store.create("a")
     assert store.load("a") == [] and store.read_sidecar("a") is None
+
+
+def test_the_token_count_cache_appends_per_key_and_goes_with_the_session(stores) -> None:
+    store = stores()
+    store.create("a")
+    store.create("b")
+    assert store.read_counts("a", "est-1-abc") == b""
+    store.append_counts("a", "est-1-abc", b"one")
+    store.append_counts("a", "est-1-abc", b"two")
+    store.append_counts("a", "est-2-def", b"other")
+    store.append_counts("b", "est-1-abc", b"b's")
+    assert store.read_counts("a", "est-1-abc") == b"onetwo"
+    assert store.read_counts("a", "est-2-def") == b"other"
+    for bad in HOSTILE:
+        with pytest.raises(SessionError, match="invalid session id"):
+            store.read_counts(bad, "k")
+        with pytest.raises(SessionError, match="invalid session id"):
+            store.append_counts(bad, "k", b"x")
+    for key in ("../x", "", "a/b", "k" * 101):
+        with pytest.raises(StoreError, match="invalid token-count key"):
+            store.append_counts("b", key, b"x")
+    store.delete("a")
+    store.create("a")
+    assert store.read_counts("a", "est-1-abc") == b""  # a new session starts without any
+    assert store.read_counts("b", "est-1-abc") == b"b's"
 
 
 def test_last_activity_follows_appends(stores) -> None:

@@ -22,10 +22,11 @@ never from ``estimated`` or ``aggregated`` usage (origin bug #7930), reset on mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -107,6 +108,10 @@ class TokenizerEstimator:
     count_call_ids: bool = True
     cjk_aware: bool = False
 
+    #: Bump when the same message would count differently (tokenizer data, template rules
+    #: not captured by the overhead attributes): persisted counts of another key are ignored.
+    count_version: str = "1"
+
     def __init__(self, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         # Two levels: by message value (hashing a frozen Message reuses the cached hashes
         # of its strings, so a hit costs O(fields), not O(content)) and by fingerprint
@@ -115,6 +120,39 @@ class TokenizerEstimator:
         self._by_fingerprint: LRUCache[str, TextStats] = LRUCache(cache_size)
         self._by_tool: LRUCache[str, TextStats] = LRUCache(max(1, cache_size // 100))
         self._calibration: Calibration | None = None
+        # Counts measured since the last take_new_counts(), kept only once seed_counts()
+        # said they are persisted (else nothing would ever drain them).
+        self._new: dict[str, TextStats] | None = None
+        self._persisted: Mapping[str, TextStats] = {}
+
+    # -- persisted counts ----------------------------------------------------------------------
+
+    @property
+    def count_key(self) -> str:
+        """Identity and version of this estimator's raw per-message counts: its name, its
+        :attr:`count_version` and a digest of every rule a count depends on. Persisted counts
+        are keyed by it and by the message fingerprint; any change invalidates them."""
+        rules = (type(self).__qualname__, self.count_version, self.message_overhead,
+                 self.call_overhead, self.reasoning_overhead, self.count_call_ids,
+                 NON_TEXT_PART_TOKENS, *self.count_identity())
+        digest = hashlib.sha256(repr(rules).encode()).hexdigest()[:12]
+        return f"{self.name}-{self.count_version}-{digest}"
+
+    def count_identity(self) -> tuple[object, ...]:
+        """What else a count depends on (e.g. the encoding); override in subclasses."""
+        return ()
+
+    def seed_counts(self, counts: Mapping[str, TextStats]) -> None:
+        """Take persisted counts (message fingerprint → raw stats, of :attr:`count_key`) and
+        start recording new ones for :meth:`take_new_counts`."""
+        self._persisted = counts  # looked up on a cache miss: seeding costs nothing
+        if self._new is None:
+            self._new = {}
+
+    def take_new_counts(self) -> dict[str, TextStats]:
+        """The counts measured since the last call (after :meth:`seed_counts`), to persist."""
+        new, self._new = self._new, ({} if self._new is not None else None)
+        return new or {}
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -171,10 +209,12 @@ class TokenizerEstimator:
         if stats is not None:
             return stats
         key = message_fingerprint(message)
-        stats = self._by_fingerprint.get(key)
+        stats = self._by_fingerprint.get(key) or self._persisted.get(key)
         if stats is None:
             stats = self._measure_message(message)
             self._by_fingerprint.put(key, stats)
+            if self._new is not None:
+                self._new[key] = stats
         self._by_message.put(message, stats)
         return stats
 

@@ -82,6 +82,9 @@ class DeepSeekEstimator(TokenizerEstimator):
     request_overhead = 1
     tools_preamble = 244
 
+    def count_identity(self) -> tuple[object, ...]:
+        return (self.param_overhead,)
+
     def __init__(self, tokenizer: Any = None, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         super().__init__(cache_size)
         self._tokenizer = tokenizer

@@ -87,6 +87,9 @@ class TiktokenEstimator(TokenizerEstimator):
         super().__init__(cache_size)
         self.encoding = encoding
 
+    def count_identity(self) -> tuple[object, ...]:
+        return (getattr(self.encoding, "name", ""),)
+
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` (``encode_ordinary``: ``<|endoftext|>`` is just text here)."""
         return len(self.encoding.encode_ordinary(text)) if text else 0

@@ -4,6 +4,7 @@ Files of session ``<id>`` under the store root (see ``docs/formats.md``):
 
 * ``<id>.jsonl`` — the canonical transcript, one message per line, append-only;
 * ``<id>.context.json`` — the sidecar (written atomically, SPEC §4.2);
+* ``<id>.tokens-<estimator key>`` — the token-count cache (``ctxfold.engine.counts``);
 * ``<id>.lock`` — the inter-process lock taken by every mutating operation;
 * ``<id>.jsonl.corrupt`` — torn tails recovered from crashed appends (appended, never
   overwritten);
@@ -34,6 +35,8 @@ from ctxfold.kernel.types import Appended, Message
 from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
     append_durably,
+    append_plain,
+    count_key,
     create_empty,
     projection_within,
     publish_new,
@@ -280,13 +283,27 @@ class FsStore(SidecarFiles):
                 # Expected consequence of the user's rewind, not a repair: log, don't warn.
                 self._discard_locked(session_id, f"rewind to {count} messages", warn=False)
 
+    def _counts_path(self, session_id: str, key: str) -> Path:
+        return self.root / f"{validate_session_id(session_id)}.tokens-{count_key(key)}"
+
+    def read_counts(self, session_id: str, key: str) -> bytes:
+        """The token-count record ``<id>.tokens-<key>`` (``ctxfold.engine.counts``)."""
+        try:
+            return self._counts_path(session_id, key).read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def append_counts(self, session_id: str, key: str, data: bytes) -> None:
+        """Append to the record (one ``write``, no fsync: it is a cache)."""
+        append_plain(self._counts_path(session_id, key), data)
+
     def delete(self, session_id: str) -> None:
         """Remove every file of the session: sidecar (and discarded ones), side files,
         transcript, lock."""
         with self._locked(session_id):
             self._stat(session_id)
             pattern = re.compile(
-                rf"{re.escape(session_id)}\.(context\.json|jsonl\.corrupt|"
+                rf"{re.escape(session_id)}\.(context\.json|jsonl\.corrupt|tokens-[A-Za-z0-9._-]+|"
                 rf"context\.json\.invalid-\d{{8}}T\d{{12}}Z(-\d+)?)"
                 rf"|\.{re.escape(session_id)}\.(jsonl|context\.json)\.[^.]+\.tmp"
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -36,6 +37,22 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def append_plain(path: Path, payload: bytes) -> None:
+    """Append ``payload`` in one ``write`` without fsync (a cache file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    try:
+        write_all(fd, payload)
+    finally:
+        os.close(fd)
+
+
+def count_key(key: str) -> str:
+    """``key`` when it may name a token-count file, else a :class:`StoreError`."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", key):
+        raise StoreError(f"invalid token-count key {key[:40]!r}: [A-Za-z0-9._-], 1-100")
+    return key
 
 
 def append_durably(path: Path, payload: bytes) -> os.stat_result:

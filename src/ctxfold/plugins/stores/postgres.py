@@ -15,6 +15,7 @@ the ``fs`` store's line text, so a ``store copy`` between the two is byte-identi
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -288,12 +289,32 @@ class PostgresStore:
             if row is not None and not projection_within(bytes(row[0]), count):
                 self._discard(cur, session_id, f"rewind to {count} messages")
 
+    def read_counts(self, session_id: str, key: str) -> bytes:
+        with self._tx(f"read the token counts of {session_id!r}") as cur:
+            cur.execute("SELECT data FROM ctxfold_token_counts WHERE session_id = %s AND "
+                        "key = %s", (validate_session_id(session_id), _count_key(key)))
+            row = cur.fetchone()
+            return bytes(row[0]) if row else b""
+
+    def append_counts(self, session_id: str, key: str, data: bytes) -> None:
+        with self._tx(f"append token counts of {session_id!r}") as cur:
+            cur.execute("INSERT INTO ctxfold_token_counts (session_id, key, data) VALUES "
+                        "(%s, %s, %s) ON CONFLICT (session_id, key) DO UPDATE SET data = "
+                        "ctxfold_token_counts.data || EXCLUDED.data",
+                        (validate_session_id(session_id), _count_key(key), data))
+
     def delete(self, session_id: str) -> None:
         """Remove the session: transcript, sidecar and discarded sidecars (one transaction)."""
         with self._tx(f"delete session {session_id!r}") as cur:
             self._session(cur, session_id)
             cur.execute("DELETE FROM ctxfold_sessions WHERE id = %s", (session_id,))
         self._cache.pop(session_id, None)
+
+
+def _count_key(key: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", key):
+        raise StoreError(f"invalid token-count key {key[:40]!r}: [A-Za-z0-9._-], 1-100")
+    return key
 
 
 def dsn_from_env(name: str) -> str:

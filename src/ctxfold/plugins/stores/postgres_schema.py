@@ -13,6 +13,9 @@ Version 1 (``docs/stores.md`` draws it):
   compare-and-swap compares the bytes under the session lock);
 * ``ctxfold_discarded_sidecars`` — invalid sidecars set aside, with the reason.
 
+Version 2 adds ``ctxfold_token_counts(session_id, key)``: the token-count cache of a session
+per estimator key (bytes appended to; ``ctxfold.engine.counts``).
+
 Migrations run under a transaction-scoped advisory lock, so two processes starting at once
 never both create the tables; a database whose schema is newer than this ctxfold is refused.
 """
@@ -24,7 +27,7 @@ from typing import Any
 from ctxfold.kernel.errors import StoreError
 
 #: The schema version this ctxfold writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: ``pg_advisory_xact_lock`` key of schema migrations (an arbitrary, fixed 64-bit number).
 MIGRATION_LOCK = 0x637478666F6C64  # "ctxfold"
 
@@ -60,8 +63,18 @@ CREATE TABLE ctxfold_discarded_sidecars (
 CREATE INDEX ctxfold_discarded_sidecars_session ON ctxfold_discarded_sidecars (session_id);
 """
 
+# Version 2: the token-count cache of each session and estimator (ctxfold.engine.counts).
+_V2 = """
+CREATE TABLE ctxfold_token_counts (
+    session_id text NOT NULL REFERENCES ctxfold_sessions (id) ON DELETE CASCADE,
+    key text NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (session_id, key)
+);
+"""
+
 #: ``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1``.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 
 def schema_version(cur: Any) -> int:

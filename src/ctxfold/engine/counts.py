@@ -1,0 +1,121 @@
+"""Token counts kept with the session, so reopening it does not re-tokenize it.
+
+A store that implements :class:`CountStore` keeps, per session and per estimator
+``count_key``, an append-only record of raw per-message counts: one 32-byte record per
+counted message (its fingerprint, tokens, chars and CJK chars, and a CRC-32). On open the engine
+seeds the estimator with them (a message whose fingerprint is known is never tokenized
+again); after each ``prepare()`` it appends the counts measured since. The record is a cache:
+a torn or damaged record is skipped, a missing or unreadable record costs one re-tokenization,
+and another estimator (or another version of one: a different ``count_key``) never reads it.
+It is not session state — writing it is not one of the writes SPEC §3.2 forbids below the
+trigger (no projection, sidecar, summary or event).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from collections.abc import Mapping
+from contextlib import suppress
+from typing import Protocol, runtime_checkable
+
+from ctxfold.kernel.errors import StoreError
+from ctxfold.kernel.types import TextStats
+
+#: What a ``count_key`` may hold (it names a file or a row; estimators build it).
+KEY = re.compile(r"\A[A-Za-z0-9._-]{1,100}\Z")
+_HEX = re.compile(r"[0-9a-f]{32}\Z")
+
+
+@runtime_checkable
+class CountStore(Protocol):
+    """The optional store extension that keeps the count record of a session."""
+
+    def read_counts(self, session_id: str, key: str) -> bytes:
+        """The record of ``key`` (empty when there is none)."""
+        ...
+
+    def append_counts(self, session_id: str, key: str, data: bytes) -> None:
+        """Append to the record of ``key`` (no durability needed: it is a cache)."""
+        ...
+
+
+@runtime_checkable
+class CountingEstimator(Protocol):
+    """An estimator whose raw counts can be persisted (the built-in ones)."""
+
+    @property
+    def count_key(self) -> str: ...
+
+    def seed_counts(self, counts: Mapping[str, TextStats]) -> None: ...
+
+    def take_new_counts(self) -> dict[str, TextStats]: ...
+
+
+#: One record: the 16 fingerprint bytes, tokens, chars, CJK chars (uint32 each) and the
+#: CRC-32 of those 28 bytes — so a torn or foreign record is recognised and skipped.
+_RECORD = struct.Struct("<16sIII")
+_CRC = struct.Struct("<I")
+RECORD_SIZE = _RECORD.size + _CRC.size
+_MAX = 2**32 - 1
+
+
+def encode_counts(counts: Mapping[str, TextStats]) -> bytes:
+    """The records of ``counts`` (counts too large for the format are left out)."""
+    out = bytearray()
+    for fp, s in counts.items():
+        if _HEX.match(fp) and min(s.tokens, s.chars, s.cjk) >= 0 and max(
+                s.tokens, s.chars, s.cjk) <= _MAX:
+            body = _RECORD.pack(bytes.fromhex(fp), s.tokens, s.chars, s.cjk)
+            out += body + _CRC.pack(zlib.crc32(body))
+    return bytes(out)
+
+
+def decode_counts(data: bytes) -> dict[str, TextStats]:
+    """The counts of a record file; a torn tail or damaged bytes are skipped (after a
+    record that fails its CRC the next one is searched byte by byte)."""
+    out: dict[str, TextStats] = {}
+    view = memoryview(data)
+    crc32, unpack, crc = zlib.crc32, _RECORD.unpack_from, _CRC.unpack_from
+    at, end = 0, len(view) - RECORD_SIZE
+    while at <= end:
+        body = view[at : at + _RECORD.size]
+        if crc32(body) != crc(view, at + _RECORD.size)[0]:
+            at += 1
+            continue
+        fp, tokens, chars, cjk = unpack(body)
+        out[fp.hex()] = TextStats(tokens, chars, cjk)
+        at += RECORD_SIZE
+    return out
+
+
+class PersistedCounts:
+    """The count record of one open session: seeded on open, extended after prepare."""
+
+    def __init__(self, store: object, session_id: str, estimator: object) -> None:
+        self._store: CountStore | None = None
+        self._estimator: CountingEstimator | None = None
+        self.session_id = session_id
+        self.key = ""
+        if not (isinstance(store, CountStore) and isinstance(estimator, CountingEstimator)):
+            return
+        key = estimator.count_key
+        if not KEY.match(key):
+            return
+        self._store, self._estimator, self.key = store, estimator, key
+        try:
+            known = decode_counts(store.read_counts(session_id, key))
+        except (StoreError, OSError):
+            known = {}  # a cache: counting again is the fallback
+        estimator.seed_counts(known)
+
+    def save(self) -> None:
+        """Append what the estimator counted since the last save."""
+        if self._store is None or self._estimator is None:
+            return
+        new = self._estimator.take_new_counts()
+        # A cache: when the write fails, the next open counts these messages again.
+        if new:
+            with suppress(StoreError, OSError):
+                self._store.append_counts(self.session_id, self.key, encode_counts(new))
