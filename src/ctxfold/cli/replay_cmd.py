@@ -46,8 +46,9 @@ def register(subparsers: Any) -> None:
                         metavar="N", help="output reservation taken off the window for every "
                         f"request of every policy (default {DEFAULT_RESERVE_OUTPUT})")
     parser.add_argument("--summary-tokens", type=int, default=DEFAULT_SUMMARY_TOKENS,
-                        metavar="N", help="briefing length every summary request asks for "
-                        f"(default {DEFAULT_SUMMARY_TOKENS}; a sensitivity switch)")
+                        metavar="N", help="briefing length of summary requests that ask for "
+                        f"none (default {DEFAULT_SUMMARY_TOKENS}; a sensitivity switch; "
+                        "ctxfold's ask for window/16)")
     parser.add_argument("--compact-ratio", type=float, default=None, metavar="R",
                         help="trigger ratio (default: [agent] compact_ratio)")
     parser.add_argument("--estimator", default=None, metavar="NAME",

@@ -223,7 +223,7 @@ class ContextManager:
         with self._lock:
             self._sync()
             outcome = driving.drive(self._maintenance(trigger, focus),
-                                        self.summarizer.summarize, self._reread)
+                                    self.summarizer.summarize, self._reread)
             return self._apply(outcome)
 
     def compact(self, focus: str | None = None) -> PreparedRequest:

@@ -35,6 +35,7 @@ MANUAL_RESCUE_SUMMARIES = 4
 #: (docs/performance.md, "Maintenance economics"); otherwise it goes into the checkpoint.
 PRUNE_ALONE_RATIO = 0.6
 
+
 def prune_alone_target(ctx: MaintenanceContext) -> int:
     """Below what a prune is installed alone. Under pressure: :data:`PRUNE_ALONE_RATIO` of
     the window — a prune that lands just under the trigger buys a few turns and breaks the

@@ -50,7 +50,7 @@ __all__ = [
 class ReplaySettings:
     """What a replay runs with. ``policies`` empty = every available policy.
     ``reserve_output`` is taken off the window for every request of every policy;
-    ``summary_tokens`` is the briefing length every summary request asks for."""
+    ``summary_tokens`` is the briefing length of summary requests that ask for none."""
 
     window: int = 64_000
     compact_ratio: float = 0.80
