@@ -23,7 +23,7 @@ from benchmarks.reliability.fuzz_values import (
     TEXT,
     VALUES,
     dumps,
-    run_target,
+    run_targets,
 )
 from benchmarks.reliability.worker import call, filler, result, user
 from hypothesis import strategies as st
@@ -193,11 +193,4 @@ TARGETS = {"capability": capability_target, "append": append_target}
 
 def run(examples: int, work: Path, *, seed: int = 0, targets: tuple[str, ...] = tuple(TARGETS),
         log: Any = None) -> Figures:
-    figures = Figures()
-    calls = Calls(work)
-    for name in targets:
-        strategy, check = TARGETS[name](calls)
-        run_target(name, strategy, check, examples, seed, figures)
-        if log:
-            print(f"fuzz {name}: {figures.summary_line()}", file=log, flush=True)
-    return figures
+    return run_targets(TARGETS, Calls(work), examples, seed, targets, log)

@@ -38,7 +38,7 @@ from benchmarks.reliability.fuzz_values import (
     edits_of,
     mutate,
     paths,
-    run_target,
+    run_targets,
 )
 from benchmarks.reliability.worker import call, filler, result, user
 from hypothesis import strategies as st
@@ -329,11 +329,4 @@ TARGETS = {"sidecar": sidecar_target, "transcript": transcript_target,
 
 def run(examples: int, work: Path, *, seed: int = 0, targets: tuple[str, ...] = tuple(TARGETS),
         log: Any = None) -> Figures:
-    figures = Figures()
-    bench = Bench(work)
-    for name in targets:
-        strategy, check = TARGETS[name](bench)
-        run_target(name, strategy, check, examples, seed, figures)
-        if log:
-            print(f"fuzz {name}: {figures.summary_line()}", file=log, flush=True)
-    return figures
+    return run_targets(TARGETS, Bench(work), examples, seed, targets, log)

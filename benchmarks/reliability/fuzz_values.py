@@ -13,7 +13,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import hypothesis
@@ -105,6 +105,21 @@ def private_hypothesis_home() -> Iterator[None]:
     finally:
         set_hypothesis_home_dir(previous)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def run_targets(table: Mapping[str, Callable[[Any], tuple[st.SearchStrategy[Any],
+                                                           Callable[[Any, Figures], None]]]],
+                bench: Any, examples: int, seed: int, targets: Sequence[str],
+                log: Any = None) -> Figures:
+    """:func:`run_target` for each of ``targets`` (names of ``table``, each building its
+    strategy and check from ``bench``), one line per target on ``log``."""
+    figures = Figures()
+    for name in targets:
+        strategy, check = table[name](bench)
+        run_target(name, strategy, check, examples, seed, figures)
+        if log:
+            print(f"fuzz {name}: {figures.summary_line()}", file=log, flush=True)
+    return figures
 
 
 def run_target(name: str, strategy: st.SearchStrategy[Any],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ctxfold.kernel.errors import SessionError
+from ctxfold.kernel.errors import SessionError, StoreError
 
 #: The rule of SPEC §4.1, as shown in error messages.
 SESSION_ID_RULE = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -57,3 +57,14 @@ def validate_session_id(session_id: str) -> str:
             f"session ids must match {SESSION_ID_RULE} (no paths, no spaces)"
         )
     return session_id
+
+
+_COUNT_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def validate_count_key(key: str) -> str:
+    """Return ``key`` unchanged if it may name a token-count record (a file or a row:
+    ``[A-Za-z0-9._-]``, 1-100 characters), else raise :class:`StoreError`."""
+    if not isinstance(key, str) or not _COUNT_KEY.fullmatch(key):
+        raise StoreError(f"invalid token-count key {str(key)[:40]!r}: [A-Za-z0-9._-], 1-100")
+    return key

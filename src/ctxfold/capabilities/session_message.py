@@ -50,21 +50,21 @@ _LOCK = threading.Lock()
 
 
 def document(message: Message) -> Document:
-    """The document of ``message``, built once per message."""
+    """The document of ``message``, built once per message (a tool result's is the body
+    session:tool_result pages, cached there)."""
+    if message.role == "tool":
+        body = tool_result._paged(message)
+        return Document(body.text, body.data, body.total, body.sha256, body.ref)
     with _LOCK:
         cached = _CACHE.get(message)
     if cached is not None:
         return cached
-    if message.role == "tool":
-        body = tool_result._paged(message)
-        doc = Document(body.text, body.data, body.total, body.sha256, body.ref)
-    else:
-        lines = [message.text] if message.text else []
-        lines += [f"[tool_call {c.id} {c.name}] {c.arguments}" for c in message.tool_calls]
-        text = "\n".join(lines)
-        data = None if text.isascii() else text.encode()
-        whole = text.encode() if data is None else data
-        doc = Document(text, data, len(whole), hashlib.sha256(whole).hexdigest(), None)
+    lines = [message.text] if message.text else []
+    lines += [f"[tool_call {c.id} {c.name}] {c.arguments}" for c in message.tool_calls]
+    text = "\n".join(lines)
+    data = None if text.isascii() else text.encode()
+    whole = text.encode() if data is None else data
+    doc = Document(text, data, len(whole), hashlib.sha256(whole).hexdigest(), None)
     with _LOCK:
         _CACHE[message] = doc
     return doc

@@ -22,9 +22,8 @@ from typing import Protocol, runtime_checkable
 
 from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import TextStats
+from ctxfold.session_id import validate_count_key
 
-#: What a ``count_key`` may hold (it names a file or a row; estimators build it).
-KEY = re.compile(r"\A[A-Za-z0-9._-]{1,100}\Z")
 _HEX = re.compile(r"[0-9a-f]{32}\Z")
 
 
@@ -101,8 +100,10 @@ class PersistedCounts:
         if not (isinstance(store, CountStore) and isinstance(estimator, CountingEstimator)):
             return
         key = estimator.count_key
-        if not KEY.match(key):
-            return
+        try:
+            validate_count_key(key)
+        except StoreError:
+            return  # a third-party key no store could name: count without the cache
         self._store, self._estimator, self.key = store, estimator, key
         try:
             known = decode_counts(store.read_counts(session_id, key))

@@ -20,24 +20,21 @@ def drive(
     summarize: Callable[[SummaryRequest], SummaryResult],
     reread: Callable[[], Sequence[Message]],
 ) -> Outcome:
-    """Run :func:`maintain` with a synchronous summarizer."""
-    answer: object = None
-    error: CtxfoldError | None = None
+    """Run :func:`maintain` with a synchronous summarizer: :func:`adrive` over an awaitable
+    that never suspends, so it completes in one step without an event loop (one loop for
+    both faces)."""
+
+    async def now(request: SummaryRequest) -> SummaryResult:
+        return summarize(request)
+
+    run = adrive(steps, now, reread)
     try:
-        while True:
-            step = steps.throw(error) if error is not None else steps.send(answer)
-            answer, error = None, None
-            if step is RESYNC:
-                answer = reread()
-                continue
-            assert isinstance(step, SummaryRequest)
-            try:
-                answer = summarize(step)
-            except CtxfoldError as exc:
-                error = exc
+        run.send(None)
     except StopIteration as stop:
         outcome: Outcome = stop.value
         return outcome
+    run.close()
+    raise RuntimeError("maintenance suspended under a synchronous summarizer")
 
 
 async def adrive(

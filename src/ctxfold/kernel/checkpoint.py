@@ -133,16 +133,15 @@ def candidate(
     ``pruned`` (the view with its oversized tool results pruned, message for message) gives
     the kept messages in their pruned form: the prune is then part of this checkpoint.
     """
-    body_len = len(projection.messages) if projection else 0
-    covered_count = projection.covered_count if projection else 0
-    _, covered = fold.fold_body(view, plan, wrap_summary(text), body_len=body_len,
-                                covered_count=covered_count, canonical=canonical)
+    body, covered = fold.fold_body(
+        view, plan, wrap_summary(text), body_len=len(projection.messages) if projection else 0,
+        covered_count=projection.covered_count if projection else 0, canonical=canonical)
     first = canonical_index(canonical, 0, plan.head)  # the head stays verbatim
     summary = wrap_summary(text, lookup_hint(canonical, first, covered))
-    if pruned is not None:  # as if the pruned view were the body, covering everything
-        view, body_len, covered_count = pruned, len(pruned), len(canonical)
-    body, covered = fold.fold_body(view, plan, summary, body_len=body_len,
-                                   covered_count=covered_count, canonical=canonical)
+    if pruned is not None:  # kept messages in their pruned form: a body covering everything
+        body, covered = [*pruned[: plan.head], summary, *pruned[plan.end :]], len(canonical)
+    else:
+        body[plan.head] = summary
     task = plan.head - 1
     if task >= 0 and body[task].role == "user":
         body[task] = fold.pinned_task(body[task], canonical_index(canonical, 0, task), window,

@@ -39,9 +39,9 @@ class FoldPlan:
 
 
 #: Marks a task statement the head keeps clipped (its full text stays in the transcript).
-TASK_CLIP_MARKER = ("[... middle of the task statement omitted here; its full text is "
-                    "message #{n} of this session: use_capability \"session:message\" "
-                    '{{"ref": "#{n}"}} ...]')
+TASK_CLIP_PREFIX = "[... middle of the task statement omitted here"
+TASK_CLIP_MARKER = (TASK_CLIP_PREFIX + "; its full text is message #{n} of this session: "
+                    'use_capability "session:message" {{"ref": "#{n}"}} ...]')
 
 
 def head_length(view: Sequence[Message], window: int, count: TokenCount) -> int:
@@ -63,7 +63,7 @@ def pinned_task(message: Message, position: int, window: int, count: TokenCount)
     every checkpoint carries the same bytes."""
     tokens, text = count(message), message.content
     budget = HEAD_PIN_RATIO * window
-    if tokens <= budget or message.parts or "[... middle of the task statement" in text:
+    if tokens <= budget or message.parts or TASK_CLIP_PREFIX in text:
         return message
     marker = TASK_CLIP_MARKER.format(n=position)
     keep = max(0, int(len(text) * budget / tokens * 0.9) - len(marker))

@@ -36,7 +36,6 @@ from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
     append_durably,
     append_plain,
-    count_key,
     create_empty,
     projection_within,
     publish_new,
@@ -46,7 +45,7 @@ from ctxfold.plugins.stores.fs_files import (
 )
 from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
 from ctxfold.plugins.stores.fs_sidecar import SidecarFiles, StoreWarning, store_warning
-from ctxfold.session_id import validate_session_id
+from ctxfold.session_id import validate_count_key, validate_session_id
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +283,7 @@ class FsStore(SidecarFiles):
                 self._discard_locked(session_id, f"rewind to {count} messages", warn=False)
 
     def _counts_path(self, session_id: str, key: str) -> Path:
-        return self.root / f"{validate_session_id(session_id)}.tokens-{count_key(key)}"
+        return self.root / f"{validate_session_id(session_id)}.tokens-{validate_count_key(key)}"
 
     def read_counts(self, session_id: str, key: str) -> bytes:
         """The token-count record ``<id>.tokens-<key>`` (``ctxfold.engine.counts``)."""

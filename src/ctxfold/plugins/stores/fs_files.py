@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -46,13 +45,6 @@ def append_plain(path: Path, payload: bytes) -> None:
         write_all(fd, payload)
     finally:
         os.close(fd)
-
-
-def count_key(key: str) -> str:
-    """``key`` when it may name a token-count file, else a :class:`StoreError`."""
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", key):
-        raise StoreError(f"invalid token-count key {key[:40]!r}: [A-Za-z0-9._-], 1-100")
-    return key
 
 
 def append_durably(path: Path, payload: bytes) -> os.stat_result:

@@ -15,7 +15,6 @@ the ``fs`` store's line text, so a ``store copy`` between the two is byte-identi
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from ctxfold.plugins.stores.fs_files import projection_within
 from ctxfold.plugins.stores.fs_lines import decode_message, encode_message
 from ctxfold.plugins.stores.postgres_schema import migrate
 from ctxfold.secrets import redact_text
-from ctxfold.session_id import validate_session_id
+from ctxfold.session_id import validate_count_key, validate_session_id
 
 #: Seconds to wait for another worker holding a session before giving up (as ``fs``).
 LOCK_TIMEOUT = 60
@@ -292,7 +291,7 @@ class PostgresStore:
     def read_counts(self, session_id: str, key: str) -> bytes:
         with self._tx(f"read the token counts of {session_id!r}") as cur:
             cur.execute("SELECT data FROM ctxfold_token_counts WHERE session_id = %s AND "
-                        "key = %s", (validate_session_id(session_id), _count_key(key)))
+                        "key = %s", (validate_session_id(session_id), validate_count_key(key)))
             row = cur.fetchone()
             return bytes(row[0]) if row else b""
 
@@ -301,7 +300,7 @@ class PostgresStore:
             cur.execute("INSERT INTO ctxfold_token_counts (session_id, key, data) VALUES "
                         "(%s, %s, %s) ON CONFLICT (session_id, key) DO UPDATE SET data = "
                         "ctxfold_token_counts.data || EXCLUDED.data",
-                        (validate_session_id(session_id), _count_key(key), data))
+                        (validate_session_id(session_id), validate_count_key(key), data))
 
     def delete(self, session_id: str) -> None:
         """Remove the session: transcript, sidecar and discarded sidecars (one transaction)."""
@@ -309,12 +308,6 @@ class PostgresStore:
             self._session(cur, session_id)
             cur.execute("DELETE FROM ctxfold_sessions WHERE id = %s", (session_id,))
         self._cache.pop(session_id, None)
-
-
-def _count_key(key: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", key):
-        raise StoreError(f"invalid token-count key {key[:40]!r}: [A-Za-z0-9._-], 1-100")
-    return key
 
 
 def dsn_from_env(name: str) -> str:
