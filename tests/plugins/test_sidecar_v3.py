@@ -137,6 +137,8 @@ def test_v3_is_byte_stable(codec: SidecarV3Codec) -> None:
     assert state.last_receipt is not None
     assert state.last_receipt.action is ReceiptAction.SUMMARY
     assert state.last_receipt.saved_tokens == 4710 and state.last_receipt.cache_break is True
+    assert state.last_receipt.probes_before == 0.5 and state.last_receipt.probes_after == 1.0
+    assert state.last_receipt.repaired == ("- error: ValueError: limit 4096 exceeds maximum 1024",)
     assert [t.kind for t in state.telemetry] == ["install", "resume"]
     assert state.telemetry[1] == TelemetryRecord(
         kind="resume", cache_state=CacheState.COLD, detail="idle 30h",

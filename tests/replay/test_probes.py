@@ -8,13 +8,8 @@ import pytest
 
 from ctxfold.kernel.summary import wrap_summary
 from ctxfold.kernel.types import Message, ToolCall
-from ctxfold.replay.fidelity import (
-    WEIGHTS,
-    FidelityScorer,
-    FidelitySummary,
-    RequestFidelity,
-    extract_probes,
-)
+from ctxfold.engine.probes import WEIGHTS, FidelityScorer, RequestFidelity, extract_probes
+from ctxfold.replay.fidelity import FidelitySummary
 
 TASK = ("Fix `parse_config` in src/config.py so that a limit of 4096 is accepted. "
         "Never modify the tests.\nYou must keep the public API unchanged.")

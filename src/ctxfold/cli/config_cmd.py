@@ -35,6 +35,10 @@ _HELP = {
     "summarizer.name": "llm | extractive | <plugin>",
     "summarizer.model": "Empty = the provider's model.",
     "pruner.name": "head-tail | <plugin>",
+    "checkpoint.extract_rules": "Pin the constraints the user states (always / never / must "
+    "...) in every checkpoint.",
+    "checkpoint.pins_ratio": "Budget of the pinned rules, as a share of the window.",
+    "checkpoint.check": "repair | second-pass | off: keep what a summary lost verbatim.",
     "store.name": "fs | postgres | <plugin>",
     "store.sidecar_format": "v3 | <plugin>",
     "store.path": "Session directory, relative to the working directory.",

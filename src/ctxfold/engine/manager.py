@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ctxfold.capabilities.bounding import bound_new_message, make_tool_result
+from ctxfold.capabilities.bounding import make_tool_result
 from ctxfold.capabilities.tool import handle_use_capability
 from ctxfold.engine import driving
 from ctxfold.engine import turn as turns
@@ -25,10 +25,11 @@ from ctxfold.engine.parts import (
     LoadedSession,
     SessionParts,
     call_ids,
-    check_pairing,
+    checked_batch,
     load_session,
     with_model,
 )
+from ctxfold.engine.pins import new_pin
 from ctxfold.engine.prepared import (
     PreparedRequest,
     ResumeResult,
@@ -36,15 +37,13 @@ from ctxfold.engine.prepared import (
     calibrate,
     resume_label,
 )
+from ctxfold.engine.review import Reviewer
 from ctxfold.engine.summarizing import asummarize
 from ctxfold.engine.sync import Watch
-from ctxfold.interop.coerce import to_messages
 from ctxfold.interop.usage import usage_from
 from ctxfold.kernel import fold, maintenance
-from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
-from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.operations import Latches, MaintenanceContext, Outcome, PrepareAction
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
@@ -163,19 +162,23 @@ class ContextManager:
         where = f"session {self.session_id!r}: append"
         with self._lock:
             self._sync()
-            try:
-                converted = to_messages(messages, where=where)
-                calls = check_pairing(converted, self._call_ids, where)
-                for i, message in enumerate(converted):
-                    check_message(message, where=f"{where}[{i}]")
-            except MessageError as exc:
-                raise MessageError(f"{exc}; nothing was appended") from None
-            batch = [bound_new_message(m) for m in converted]
+            batch, calls = checked_batch(messages, self._call_ids, where)
             self._watch.appended(self.store.append(self.session_id, batch))
             self._call_ids |= calls
             self._canonical.extend(batch)
             self._committer.transcript_version += 1
             self._turn += sum(1 for m in batch if m.role == "assistant")
+
+    def pin(self, text: str | None = None, *, message_id: str | None = None,
+            reason: str = "") -> Message:
+        """Pin a standing rule — ``text``, or the text of the message ``message_id`` (``#N``
+        or an id) — so that every checkpoint carries it verbatim right after the task. The
+        pin is recorded in the transcript (never sent); it returns that record."""
+        with self._lock:
+            self._sync()
+            self.append(new_pin(self._canonical, text, message_id, reason, count=self._count,
+                                budget=int(self.window * self.config.checkpoint.pins_ratio)))
+            return self._canonical[-1]
 
     def append_tool_result(self, call_id: str, output: str | bytes, *, tool_name: str) -> Message:
         """Append one tool result, bounded to 32 KiB with the full text kept locally."""
@@ -192,6 +195,7 @@ class ContextManager:
             trigger_tokens=self.trigger_tokens, turn=self._turn, latches=self._latches,
             tools=self.tools, canonical=self._canonical, estimator=self.estimator,
             pruner=self.pruner, committer=self._committer, count=self._count,
+            review=Reviewer(self.config.checkpoint, self._count),
         )
         return maintenance.maintain(context, view, tokens)
 
@@ -285,14 +289,9 @@ class ContextManager:
     # -- one model turn ----------------------------------------------------------------------
 
     def _turn_context(self, max_output_tokens: int | None) -> turns.TurnContext:
-        agent = self.config.agent
-        return turns.TurnContext(
-            session_id=self.session_id, model=self.config.provider.model,
-            max_output_tokens=agent.max_output_tokens if max_output_tokens is None
-            else max_output_tokens,
-            effort=agent.effort, cache_key=self.state.prompt_cache_key,
-            window=lambda: self.window, estimate=self.estimate,
-        )
+        return turns.TurnContext.of(self.session_id, self.config, self.state.prompt_cache_key,
+                                    max_output_tokens, window=lambda: self.window,
+                                    estimate=self.estimate)
 
     def _learn(self, step: turns.Learn) -> None:  # window = min(configured, learned)
         self.learned_window = turns.learn(step, self.learned_window, self.estimator)

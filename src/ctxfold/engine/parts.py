@@ -17,13 +17,15 @@ from typing import Any
 
 import attrs
 
+from ctxfold.capabilities.bounding import bound_new_message
 from ctxfold.engine.summarizing import (
     CallableSummarizer,
     SummarizeFn,
     asummarize,
     refuse_emulator_summaries,
 )
-from ctxfold.interop.coerce import to_tools
+from ctxfold.interop.coerce import to_messages, to_tools
+from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, SidecarCodec, Store, Summarizer
@@ -72,6 +74,21 @@ def check_pairing(batch: Sequence[Message], known: set[str], where: str) -> set[
                                    "call of this session; append the assistant message that "
                                    "made the call first")
     return added
+
+
+def checked_batch(messages: Sequence[Any], known: set[str], where: str
+                  ) -> tuple[list[Message], set[str]]:
+    """``messages`` (ctxfold or OpenAI forms) as a batch ready to append — checked as loading
+    will read them back, tool results bounded — and the call ids it adds. A malformed one
+    raises :class:`MessageError` naming its index and field: nothing is appended."""
+    try:
+        converted = to_messages(messages, where=where)
+        calls = check_pairing(converted, known, where)
+        for i, message in enumerate(converted):
+            check_message(message, where=f"{where}[{i}]")
+    except MessageError as exc:
+        raise MessageError(f"{exc}; nothing was appended") from None
+    return [bound_new_message(m) for m in converted], calls
 
 
 def with_model(key: str, model: str) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import AsyncProvider, Estimator, Provider
 from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError, CtxfoldError
 from ctxfold.kernel.fold import PROTOCOL_RESERVE, TAIL_RATIO
@@ -83,6 +84,17 @@ class TurnContext:
     cache_key: str
     window: Callable[[], int]
     estimate: Callable[[Sequence[Message]], int]
+
+    @classmethod
+    def of(cls, session_id: str, config: Config, cache_key: str, max_output_tokens: int | None,
+           *, window: Callable[[], int], estimate: Callable[[Sequence[Message]], int]
+           ) -> TurnContext:
+        """A session's turn: ``[agent]`` settings, unless ``max_output_tokens`` is given."""
+        agent = config.agent
+        return cls(session_id=session_id, model=config.provider.model,
+                   max_output_tokens=agent.max_output_tokens if max_output_tokens is None
+                   else max_output_tokens, effort=agent.effort, cache_key=cache_key,
+                   window=window, estimate=estimate)
 
 
 def room(window: int, prompt_tokens: int) -> int:

@@ -9,21 +9,32 @@ projection body and the view it would give.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import attrs
 
 from ctxfold.kernel import fold
-from ctxfold.kernel.contracts import Estimator
+from ctxfold.kernel.contracts import CheckpointReview, Estimator
+from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.kernel.state import Projection
 from ctxfold.kernel.summary import (
     briefing_tokens,
     build_summary_request,
     lookup_hint,
+    revise_request,
     summary_output_cap,
+    validate_summary_result,
     wrap_summary,
 )
-from ctxfold.kernel.types import Message, RequestShape, SummaryRequest, ToolSchema
+from ctxfold.kernel.types import (
+    Message,
+    PinBlock,
+    RequestShape,
+    Review,
+    SummaryRequest,
+    SummaryResult,
+    ToolSchema,
+)
 from ctxfold.kernel.view import canonical_index, visible_view
 
 
@@ -110,11 +121,21 @@ def clipped_request(
 
 @attrs.frozen
 class Candidate:
-    """A checkpoint ready to install: its body, coverage and the view it gives."""
+    """A checkpoint ready to install: its body, coverage and the view it gives; ``summary``
+    is the summary's position in both, ``rules`` the pinned rules the view must carry."""
 
     body: list[Message]
     covered_count: int
     view: list[Message]
+    summary: int = 0
+    rules: tuple[str, ...] = ()
+
+    def missing_rules(self) -> list[str]:
+        """The pinned rules this candidate's view does not carry verbatim."""
+        return [rule for rule in self.rules if not any(rule in m.content for m in self.view)]
+
+
+Pins = Callable[[Sequence[Message], int, Sequence[Message], int], PinBlock | None]
 
 
 def candidate(
@@ -127,16 +148,19 @@ def candidate(
     window: int,
     count: Callable[[Message], int],
     pruned: Sequence[Message] | None = None,
+    pins: Pins | None = None,
 ) -> Candidate:
     """The projection that replaces ``view[plan.head:plan.end]`` with the summary ``text``.
 
     ``pruned`` (the view with its oversized tool results pruned, message for message) gives
     the kept messages in their pruned form: the prune is then part of this checkpoint.
+    ``pins`` gives the standing rules placed between the head and the summary.
     """
     body, covered = fold.fold_body(
         view, plan, wrap_summary(text), body_len=len(projection.messages) if projection else 0,
         covered_count=projection.covered_count if projection else 0, canonical=canonical)
     first = canonical_index(canonical, 0, plan.head)  # the head stays verbatim
+    folded = covered
     summary = wrap_summary(text, lookup_hint(canonical, first, covered))
     if pruned is not None:  # kept messages in their pruned form: a body covering everything
         body, covered = [*pruned[: plan.head], summary, *pruned[plan.end :]], len(canonical)
@@ -146,5 +170,33 @@ def candidate(
     if task >= 0 and body[task].role == "user":
         body[task] = fold.pinned_task(body[task], canonical_index(canonical, 0, task), window,
                                       count)
+    block = pins(canonical, folded, body[: plan.head], window) if pins is not None else None
+    if block is not None:
+        body.insert(plan.head, block.message)
     new_view = visible_view(Projection(messages=tuple(body), covered_count=covered), canonical)
-    return Candidate(body=body, covered_count=covered, view=new_view)
+    at = plan.head + (block is not None)
+    return Candidate(body=body, covered_count=covered, view=new_view, summary=at,
+                     rules=block.rules if block else ())
+
+
+def review(
+    reviewer: CheckpointReview, planned: PlannedRequest, made: Candidate, text: str,
+    view: Sequence[Message], window: int,
+) -> Generator[SummaryRequest, object, tuple[Review, int]]:
+    """Check the summary ``text`` of ``made`` against its fold region; with the second pass
+    on, a summary that lost facts is asked for once more (a failure there keeps the first
+    text), then checked again. Returns the review and the extra summary calls made."""
+    region = view[planned.plan.head : planned.plan.end]
+    kept = made.view[: made.summary] + made.view[made.summary + 1 :]
+    checked = reviewer.review(region, kept, text, window)
+    if not (checked.lost and reviewer.second_pass):
+        return checked, 0
+    try:
+        answer = yield revise_request(planned.request, text, checked.lost)
+        second = validate_summary_result(answer) if isinstance(answer, SummaryResult) else ""
+    except CtxfoldError:
+        second = ""
+    if not second:
+        return checked, 1
+    again = reviewer.review(region, kept, second, window)
+    return attrs.evolve(again, before=checked.before, lost=checked.lost), 1

@@ -15,6 +15,10 @@ COMPACT_RATIO_MIN = 0.30
 COMPACT_RATIO_MAX = 0.95
 DEFAULT_COMPACT_RATIO = 0.80
 EFFORTS = ("none", "low", "medium", "high", "max")
+#: ``[checkpoint] check``: repair what a summary lost (default), also ask the summarizer
+#: once more naming it, or install summaries unchecked.
+CHECKS = ("repair", "second-pass", "off")
+PINS_RATIO_MAX = 0.25
 
 #: ``[agent]`` keys of the retired multi-threshold design (origin §4). They load without
 #: error, are zeroed in memory, and ``ctxfold config migrate`` removes them from files.
@@ -48,6 +52,17 @@ def _effort(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
 def _positive(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not value > 0:
         raise ValueError(f"{attribute.name} = {value!r} must be > 0")
+
+
+def _check(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in CHECKS:
+        raise ValueError(f"{attribute.name} = {value!r}; allowed: {', '.join(CHECKS)}")
+
+
+def _pins_ratio(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not 0 < value <= PINS_RATIO_MAX:
+        raise ValueError(f"{attribute.name} = {value!r} is out of range; allowed: above 0, "
+                         f"at most {PINS_RATIO_MAX}")
 
 
 def _http_url(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -139,6 +154,22 @@ class SummarizerConfig:
 
 
 @attrs.frozen
+class CheckpointConfig:
+    """``[checkpoint]``: what a checkpoint carries besides head, summary and tail — the
+    standing rules (explicit pins, and rules extracted from user messages) and the check of
+    its summary against the fold region's probes."""
+
+    extract_rules: bool = True
+    pins_ratio: float = attrs.field(
+        default=0.03, validator=_pins_ratio,
+        metadata=_allowed(f"a number above 0, at most {PINS_RATIO_MAX}"),
+    )
+    check: str = attrs.field(
+        default="repair", validator=_check, metadata=_allowed("one of " + ", ".join(CHECKS))
+    )
+
+
+@attrs.frozen
 class StoreConfig:
     """``[store]``: where transcripts and sidecars live."""
 
@@ -165,5 +196,6 @@ class Config:
     estimator: EstimatorConfig = attrs.field(factory=EstimatorConfig)
     pruner: PrunerConfig = attrs.field(factory=PrunerConfig)
     summarizer: SummarizerConfig = attrs.field(factory=SummarizerConfig)
+    checkpoint: CheckpointConfig = attrs.field(factory=CheckpointConfig)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     plugins: PluginsConfig = attrs.field(factory=PluginsConfig)

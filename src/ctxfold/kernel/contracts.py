@@ -22,8 +22,10 @@ from ctxfold.kernel.types import (
     ChatResponse,
     ImportedSession,
     Message,
+    PinBlock,
     PolicyRequest,
     RequestShape,
+    Review,
     SseEvent,
     SummaryRequest,
     SummaryResult,
@@ -111,6 +113,25 @@ class AsyncSummarizer(Summarizer, Protocol):
 
     async def asummarize(self, request: SummaryRequest) -> SummaryResult:
         """Summarize ``request`` without blocking the event loop."""
+        ...
+
+
+class CheckpointReview(Protocol):
+    """A checkpoint's pinned rules and the check of its summary before install; with
+    ``second_pass`` a summary that lost facts goes back to the summarizer once."""
+
+    @property
+    def second_pass(self) -> bool: ...
+
+    def pins(self, canonical: Sequence[Message], folded: int, head: Sequence[Message],
+             window: int) -> PinBlock | None:
+        """The rules pinned by a checkpoint folding ``canonical[:folded]`` after ``head``."""
+        ...
+
+    def review(self, region: Sequence[Message], kept: Sequence[Message], text: str,
+               window: int) -> Review:
+        """Check ``text`` (the summary of the view messages ``region``) with ``kept`` (the
+        rest of the candidate view) against the region's probes; repair what it lost."""
         ...
 
 

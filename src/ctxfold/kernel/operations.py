@@ -16,7 +16,7 @@ import attrs
 
 from ctxfold.kernel import checkpoint, fold
 from ctxfold.kernel.commit import Capture, Committer, blocked_receipt
-from ctxfold.kernel.contracts import Estimator, Pruner
+from ctxfold.kernel.contracts import CheckpointReview, Estimator, Pruner
 from ctxfold.kernel.errors import CtxfoldError, StaleContextError, SummaryFailedError
 from ctxfold.kernel.fingerprint import content_hash, fingerprint
 from ctxfold.kernel.state import Receipt, ReceiptAction, ReceiptStatus
@@ -24,6 +24,7 @@ from ctxfold.kernel.summary import validate_summary_result
 from ctxfold.kernel.types import (
     Message,
     RequestShape,
+    Review,
     SummaryRequest,
     SummaryResult,
     ToolSchema,
@@ -41,6 +42,7 @@ NOT_SMALLER = "checkpoint candidate is not smaller than the request it replaces"
 ABOVE_CEILING = "checkpoint candidate is not below the hard ceiling"
 NO_SAFE_PREFIX = "no summary request fits the window"
 STALE = "context changed during summary; automatic retry blocked for this generation"
+LACKS_PIN = "checkpoint candidate lacks the pinned rule {rule!r}"
 
 
 class Resync(enum.Enum):
@@ -104,6 +106,8 @@ class MaintenanceContext:
     pruner: Pruner
     committer: Committer
     count: Callable[[Message], int]
+    #: Pins and the summary check (``None``: a checkpoint is head + summary + tail only).
+    review: CheckpointReview | None = None
 
     @property
     def hard_ceiling(self) -> int:
@@ -187,7 +191,7 @@ class Run:
     def install(
         self, captured: Capture, view_hash: str, action: ReceiptAction, *,
         body: list[Message], covered: int, candidate: list[Message], new_tokens: int,
-        affected: int = 0, summary_text: str = "",
+        affected: int = 0, summary_text: str = "", reviewed: Review | None = None,
     ) -> Generator[Step, object, bool]:
         """CAS-commit a prune or summary projection; False (and a blocked receipt) if the
         context moved while the operation ran."""
@@ -203,6 +207,9 @@ class Run:
                     trigger=ctx.trigger, input_hash=view_hash, output_hash=output_hash,
                     input_tokens=self.tokens, result_tokens=new_tokens, saved_tokens=saved,
                     affected_tool_results=affected, summary_hash=summary_hash,
+                    probes_before=reviewed.before if reviewed else None,
+                    probes_after=reviewed.after if reviewed else None,
+                    repaired=reviewed.repaired if reviewed else (),
                 ),
                 telemetry=ctx.committer.telemetry(
                     kind="install", trigger=ctx.trigger, action=action.value,
@@ -286,10 +293,24 @@ class Run:
             if ctx.trigger == "manual":
                 raise
             return FoldResult.FAILED
-        made = checkpoint.candidate(self.view, planned.plan, text,
-                                    projection=ctx.committer.state.projection,
-                                    canonical=self.canonical, window=ctx.window,
-                                    count=ctx.count, pruned=pruned.view if pruned else None)
+        def build(text: str) -> checkpoint.Candidate:
+            return checkpoint.candidate(
+                self.view, planned.plan, text, projection=ctx.committer.state.projection,
+                canonical=self.canonical, window=ctx.window, count=ctx.count,
+                pruned=pruned.view if pruned else None,
+                pins=ctx.review.pins if ctx.review else None)
+
+        made, reviewed = build(text), None
+        if ctx.review is not None:
+            reviewed, calls = yield from checkpoint.review(ctx.review, planned, made, text,
+                                                           self.view, ctx.window)
+            self.summary_calls += calls
+            made = build(reviewed.text) if reviewed.text != text else made
+        missing = made.missing_rules()
+        if missing:
+            self.receipt(ReceiptStatus.BLOCKED, LACKS_PIN.format(rule=missing[0][:80]),
+                         ReceiptAction.SUMMARY)
+            return FoldResult.REJECTED
         new_tokens = self.estimate(made.view)
         if new_tokens >= self.tokens:
             self.receipt(ReceiptStatus.BLOCKED, NOT_SMALLER, ReceiptAction.SUMMARY)
@@ -300,7 +321,8 @@ class Run:
         if not (yield from self.install(
             captured, view_hash, ReceiptAction.SUMMARY, body=made.body,
             covered=made.covered_count, candidate=made.view, new_tokens=new_tokens,
-            summary_text=text, affected=pruned.affected if pruned else 0,
+            summary_text=reviewed.text if reviewed else text, reviewed=reviewed,
+            affected=pruned.affected if pruned else 0,
         )):
             return FoldResult.STALE
         self.action = PrepareAction.SUMMARY

@@ -92,6 +92,12 @@ class Receipt:
     reason: str = ""
     created_at: str = ""
     generation: int = 0
+    #: A summary install's check: the weighted share of its fold region's critical probes
+    #: the candidate carried before and after the repair (``None``: not checked), and the
+    #: facts the repair appended verbatim.
+    probes_before: float | None = None
+    probes_after: float | None = None
+    repaired: tuple[str, ...] = ()
 
 
 @attrs.frozen

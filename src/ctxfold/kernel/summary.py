@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import attrs
+
 from ctxfold.kernel.errors import MaintenanceError, SummaryFailedError
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 
@@ -164,6 +166,24 @@ def build_summary_request(
         focus=clean_focus,
         target_tokens=target_tokens,
     )
+
+
+REVISE_INSTRUCTION = f"""{SUMMARY_INSTRUCTION_MARKER}
+Your briefing above lost these facts of the conversation. Write the whole briefing again, \
+with the same headings and rules, and keep each of them exactly as written here:
+{{facts}}"""
+
+
+def revise_request(request: SummaryRequest, text: str, lost: Sequence[str]) -> SummaryRequest:
+    """The optional second summary pass: ``request`` extended by its answer ``text`` and an
+    instruction naming the ``lost`` facts (a byte-extension of the first request, so it
+    hits the cache)."""
+    facts = "\n".join(f"- {fact}" for fact in lost)
+    rule = "\n" + LENGTH_RULE.format(n=request.target_tokens) if request.target_tokens else ""
+    return attrs.evolve(request, messages=(
+        *request.messages, Message(role="assistant", content=text, origin="host"),
+        Message(role="user", content=REVISE_INSTRUCTION.format(facts=facts) + rule,
+                origin="host")))
 
 
 #: First words of the lookup hint closing a summary: which canonical messages it folds.

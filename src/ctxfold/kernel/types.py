@@ -200,6 +200,30 @@ class SummaryResult:
     usage: Usage | None = None
 
 
+@attrs.frozen
+class PinBlock:
+    """The standing rules a checkpoint carries verbatim right after the task statement:
+    the ``message`` placed there and each rule's exact text (``rules``), which a candidate
+    view must carry to be installed."""
+
+    message: Message
+    rules: tuple[str, ...]
+
+
+@attrs.frozen
+class Review:
+    """A summary checked against the probes of its fold region before install: the
+    ``text`` to install (repaired), the weighted share of critical probes the candidate
+    carried ``before`` and ``after`` the repair (``None``: nothing to check), the facts
+    appended verbatim (``repaired``) and those the summary lost (``lost``, before repair)."""
+
+    text: str
+    before: float | None = None
+    after: float | None = None
+    repaired: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+
+
 # -- what crosses the provider contract --------------------------------------------------------
 
 

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 import attrs
 
+from ctxfold.engine.probes import RequestFidelity
 from ctxfold.replay.billing import CostBreakdown
-from ctxfold.replay.fidelity import FidelitySummary, RequestFidelity
+from ctxfold.replay.fidelity import FidelitySummary
 
 #: Numeric fields of a policy's result, in report order (the JSON keys).
 FIELDS = ("requests", "prompt_tokens", "cache_hit_tokens", "cache_miss_tokens", "output_tokens",

@@ -4,7 +4,7 @@ For each assistant message of a session, each policy builds the request it would
 from the messages before it (a :class:`~ctxfold.kernel.contracts.Policy`). Each request is
 billed (:mod:`ctxfold.replay.billing`), checked against the input budget (the window minus the
 output reservation — the same for every request of every policy) and scored for fidelity
-against the session's probes (:mod:`ctxfold.replay.fidelity`).
+against the session's probes (:mod:`ctxfold.engine.probes`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from ctxfold.engine.probes import FidelityScorer, extract_probes
 from ctxfold.interop.chat import message_to_openai
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Policy, Summarizer
@@ -26,7 +27,7 @@ from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import ImportedSession, Message, PolicyRequest, ToolSchema
 from ctxfold.replay.billing import Biller, make_cache, token_source_for, unlimited_cost
-from ctxfold.replay.fidelity import FidelityScorer, FidelitySummary, extract_probes
+from ctxfold.replay.fidelity import FidelitySummary
 from ctxfold.replay.pricing import Price
 from ctxfold.replay.results import PolicyResult, RequestRecord, SessionResult
 
