@@ -200,3 +200,41 @@ def test_search_finds_folded_turns_without_touching_the_transcript(
     assert hits and hits[0].startswith("#0 user: zebra-77")
     assert "[search: 1 messages]" in out and "[search: 0 messages]" in out
     assert len(transcript(workdir, "c9")) == 4
+
+
+def test_pin_puts_a_rule_in_every_checkpoint_and_inspect_shows_it(
+        workdir: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rule = "Never print the API key."
+    script = (f"start {LONG}\n/pin {rule}\n/pin\nsecond {LONG}\n/compact\n"
+              f"third {LONG}\n/compact\n/quit\n")
+    code, out, err = chat(capsys, monkeypatch, script, "--session", "p1")
+    assert code == 1 and "/pin needs the rule text" in err  # the bare /pin
+    assert "[pinned as #2: every checkpoint carries it verbatim after the task]" in out
+    assert out.count("[compact: checkpoint installed") == 2
+    records = transcript(workdir, "p1")
+    assert [r.get("local_only", False) for r in records].count(True) == 1
+    code = main(["inspect", "p1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    rules = report["rules"]
+    assert rules["explicit"] == [{"text": rule, "position": 2, "message_id": "",
+                                  "reason": "chat /pin"}]
+    assert rules["checkpoint_rules"] == [f"- (#2; pinned: chat /pin) {rule}"]
+    assert main(["inspect", "p1"]) == 0
+    text = capsys.readouterr().out
+    assert "pins: 1 explicit; the checkpoint carries 1 standing rules" in text
+    assert f"  - (#2; pinned: chat /pin) {rule}" in text
+
+
+def test_a_pin_after_a_failed_turn_does_not_hide_the_unanswered_message(
+        workdir: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxfold.cli.chat_cmd import pending_user_text
+    from ctxfold.kernel.types import Message
+
+    class Session:
+        canonical = (Message(role="user", content="hello"),
+                     Message(role="user", content="[ctxfold:pin] {}\nx", origin="host",
+                             local_only=True))
+
+    assert pending_user_text(Session()) == "hello"

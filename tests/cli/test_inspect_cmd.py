@@ -64,7 +64,7 @@ def test_json_report(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (code, err) == (0, "")
     report = json.loads(out)
     assert set(report) == {"session", "root", "messages", "projection", "view", "receipt",
-                           "cache", "telemetry", "sidecar", "notices"}
+                           "cache", "telemetry", "rules", "sidecar", "notices"}
     assert report["session"] == "s" and report["messages"] == 14
     p = report["projection"]
     assert p["version"] == 1 and 0 < p["covered_count"] <= 14 and p["body_messages"] >= 2

@@ -43,14 +43,15 @@ def test_what_the_summary_lost_is_kept_verbatim_and_scored_before_and_after():
     assert checked.text.startswith("## Goal\n- make limits configurable\n\n" + FACTS_HEADING)
     assert checked.repaired == (
         f"- constraint: {CONSTRAINT}", f"- error: {ERROR}", f"- next step: {NEXT}",
-        "- file: src/limits.py", "- file: src/config.py")
+        "- files: src/config.py · src/limits.py", "- command: pytest -x",
+        "- names: parse_config")
     assert [f.text for f in kept_facts(checked.text)] == [
-        CONSTRAINT, ERROR, NEXT, "src/limits.py", "src/config.py"]
+        CONSTRAINT, ERROR, NEXT, "src/config.py", "src/limits.py", "pytest -x", "parse_config"]
 
 
 def test_facts_the_summary_or_the_kept_messages_carry_are_not_repeated():
     summary = f"## Standing facts & constraints\n- {CONSTRAINT.lower()}\n## Errors\n- {ERROR}"
-    kept = [Message(role="user", content="see src/config.py and src/limits.py")]
+    kept = [Message(role="user", content="see src/config.py and src/limits.py; ran pytest -x")]
     checked = check_summary(region(), kept, summary, 64_000)
     assert checked.repaired == (f"- next step: {NEXT}",)
     assert 0 < checked.before < checked.after == 1.0
@@ -133,3 +134,21 @@ def test_the_second_pass_asks_once_more_naming_the_lost_facts(tmp_path, second):
     else:  # a failed second pass keeps the first summary, repaired
         assert text.startswith("## Goal\n- fix limits\n\n" + FACTS_HEADING)
         assert f"- constraint: {CONSTRAINT}" in receipt.repaired
+
+
+def test_terms_of_a_task_the_head_keeps_clipped_are_kept_in_the_summary(tmp_path):
+    filler = "please look at this carefully " * 400
+    task = f"{filler}The failing helper is normalize_limits_v2 in the core. {filler}"
+    config = attrs.evolve(make_config(tmp_path, window=20_000),
+                          checkpoint=CheckpointConfig(extract_rules=False))
+    cm = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
+    cm.append(Message(role="system", content="You are a coding agent."),
+              Message(role="user", content=task))
+    for i in range(10):
+        cm.append(Message(role="assistant", tool_calls=(ToolCall(id=f"r{i}", name="read"),)))
+        cm.append_tool_result(f"r{i}", f"output {i} " + "y" * 3000, tool_name="read")
+    cm.compact()
+    head = cm.view()[1]
+    assert "normalize_limits_v2" not in head.content  # clipped out of the head
+    text = unwrap_summary(next(m for m in cm.view() if is_summary_message(m)))
+    assert "- task terms: normalize_limits_v2" in text

@@ -2,8 +2,8 @@
 
 Reads lines from stdin (a terminal or a script): plain text is a user turn (append, then
 ``ContextManager.complete``, then print the reply); ``/compact [focus]``, ``/status``,
-``/rewind N``, ``/search QUERY``, ``/help`` and ``/quit`` are commands. After each turn one
-status line says whether a checkpoint was installed and the turn's cache hit ratio
+``/rewind N``, ``/search QUERY``, ``/pin TEXT``, ``/help`` and ``/quit`` are commands. After
+each turn one status line says whether a checkpoint was installed and the turn's cache hit ratio
 (``usage.cache_hit_tokens / usage.prompt_tokens``). The provider is ``[provider] name``
 (the in-process ``emulator`` by default).
 
@@ -33,6 +33,7 @@ HELP = """commands:
   /status          tokens, trigger, window, projection version, cache state
   /rewind N        keep only the first N messages of the transcript
   /search QUERY    search the whole session history (folded messages too), newest first
+  /pin TEXT        pin a standing rule: every checkpoint carries it verbatim
   /help            this help
   /quit            leave (end of input does the same)"""
 
@@ -153,6 +154,15 @@ class ChatLoop:
         more = "" if result["complete"] else " (more: narrow the query)"
         self._say(f"[search: {len(result['hits'])} messages{more}]")
 
+    def pin(self, text: str) -> None:
+        """``/pin TEXT``: a standing rule every checkpoint carries verbatim."""
+        if not text:
+            self._fail("/pin needs the rule text, e.g. /pin Never push to main.")
+            return
+        self.cm.pin(text, reason="chat /pin")
+        self._say(f"[pinned as #{len(self.cm.canonical) - 1}: every checkpoint carries it "
+                  "verbatim after the task]")
+
     def handle(self, line: str) -> bool:
         """Process one input line; False when the loop should end."""
         from ctxfold.kernel.errors import CtxfoldError
@@ -174,6 +184,8 @@ class ChatLoop:
                 self.rewind(arg.strip())
             elif command == "/search":
                 self.search(arg.strip())
+            elif command == "/pin":
+                self.pin(arg.strip())
             elif command.startswith("/"):
                 self._fail(f"unknown command {command!r}; type /help for the commands")
             else:
@@ -196,7 +208,8 @@ class ChatLoop:
 
 def pending_user_text(cm: Any) -> str | None:
     """The text of a user message the transcript ends with (a turn that failed), if any."""
-    last = cm.canonical[-1] if cm.canonical else None
+    # A local-only message (a pin record) is never a turn.
+    last = next((m for m in reversed(cm.canonical) if not m.local_only), None)
     return last.content if last is not None and last.role == "user" else None
 
 

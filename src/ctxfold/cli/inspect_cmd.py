@@ -1,7 +1,9 @@
 """``ctxfold inspect SESSION [--json] [--root DIR]``: what the model sees and why.
 
 Shows the projection (version, covered count, body size, tokens), the last receipt, the
-cache state, the telemetry records and the size of the provider-visible view against the
+cache state, the telemetry records, the pinned rules (explicit pins and the rules the current
+checkpoint carries), the last fold's check (probe score before/after its repair, the facts
+kept verbatim) and the size of the provider-visible view against the
 trigger and the window. Strictly read-only: unlike opening a session it never repairs a torn
 transcript tail, never discards an invalid sidecar and never records a resume; problems are
 reported instead (``notices``). The JSON keys are documented in ``docs/cli.md``.
@@ -162,6 +164,7 @@ def collect(handle: StoreHandle, session_id: str, *, now: float | None = None
             "prompt_cache_key": state.prompt_cache_key,
         },
         "telemetry": [_plain(r) for r in state.telemetry],
+        "rules": standing(canonical, view, state),
         "sidecar": {
             "present": present,
             "error": error,
@@ -172,6 +175,46 @@ def collect(handle: StoreHandle, session_id: str, *, now: float | None = None
         },
         "notices": notices,
     }
+
+
+def standing(canonical: Sequence[Message], view: Sequence[Message], state: SidecarState
+             ) -> dict[str, Any]:
+    """The session's pins, the rules its checkpoint carries and the last fold's check."""
+    from ctxfold.engine.pins import is_pin_block, standing_rules
+    from ctxfold.engine.review import FACTS_HEADING
+    from ctxfold.kernel.summary import is_summary_message, unwrap_summary
+
+    pins = standing_rules(canonical, 0, extract=False)[0]
+    block = next((m for m in view if is_pin_block(m)), None)
+    summary = next((m for m in view if is_summary_message(m)), None)
+    receipt = state.last_receipt
+    last = next((t for t in reversed(state.telemetry)
+                 if t.kind == "install" and t.action == "summary"), None)
+    check = None
+    if receipt is not None and receipt.probes_before is not None:
+        check = {"probes_before": receipt.probes_before, "probes_after": receipt.probes_after,
+                 "detail": ""}
+    elif last is not None and last.detail:
+        check = {"probes_before": None, "probes_after": None, "detail": last.detail}
+    return {
+        "explicit": [{"text": r.text, "position": r.position, "message_id": r.message_id,
+                      "reason": r.reason} for r in pins],
+        "checkpoint_rules": [] if block is None else
+        [line for line in block.content.splitlines() if line.startswith("- ")],
+        "last_check": check,
+        "repaired": [] if summary is None else _facts(unwrap_summary(summary), FACTS_HEADING),
+    }
+
+
+def _facts(summary: str, heading: str) -> list[str]:
+    """The lines of a summary's kept-facts list."""
+    _, found, rest = summary.partition(heading + "\n")
+    lines = []
+    for line in rest.splitlines() if found else ():
+        if not line.startswith("- "):
+            break
+        lines.append(line)
+    return lines
 
 
 def _pct(value: float | None) -> str:
@@ -204,6 +247,7 @@ def render(report: dict[str, Any]) -> str:
     out.append(f"cache: recorded {c['state']}, now {c['state_now']} (ttl {c['ttl_minutes']} "
                f"min, last activity {c['last_activity'] or 'unknown'}), key "
                f"{c['prompt_cache_key'] or '-'}")
+    out.extend(_render_rules(report["rules"]))
     out.append(f"sidecar: {'present' if s['present'] else 'absent'}, generation "
                f"{s['generation']}" + (f", ERROR {s['error']}" if s["error"] else ""))
     rows = report["telemetry"]
@@ -221,11 +265,27 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _render_rules(rules: dict[str, Any]) -> list[str]:
+    out = [f"pins: {len(rules['explicit'])} explicit; the checkpoint carries "
+           f"{len(rules['checkpoint_rules'])} standing rules"]
+    out.extend(f"  {line}" for line in rules["checkpoint_rules"])
+    check = rules["last_check"]
+    if check is not None:
+        score = (f"probes {_pct(check['probes_before'])} -> {_pct(check['probes_after'])}"
+                 if check["probes_before"] is not None else check["detail"])
+        out.append(f"last fold check: {score}")
+    if rules["repaired"]:
+        out.append(f"facts kept verbatim in the summary: {len(rules['repaired'])}")
+        out.extend(f"  {line}" for line in rules["repaired"])
+    return out
+
+
 VIEW_EXCERPT = 400
 
 
 def render_view(messages: Sequence[Message], *, full: bool) -> str:
     """The view as the model reads it, one message per block."""
+    from ctxfold.engine.pins import is_pin_block
     from ctxfold.kernel.summary import is_summary_message
     from ctxfold.kernel.types import TEXT_PART_TYPES
 
@@ -234,6 +294,8 @@ def render_view(messages: Sequence[Message], *, full: bool) -> str:
         label: str = m.role
         if is_summary_message(m):
             label += " (checkpoint summary)"
+        elif is_pin_block(m):
+            label += " (standing rules)"
         elif m.role == "tool":
             label += f" {m.tool_call_id} ({m.name or 'tool'})"
         text = m.text

@@ -1,15 +1,17 @@
 """A checkpoint's summary checked before install, and what the checkpoint must carry.
 
-The fold region's critical facts — the constraints the user stated, the last error, the
-pending next step (the last thing the agent said it would do) and the files touched — are
-the replay's fidelity probes of those kinds (:mod:`ctxfold.engine.probes`), plus the facts an
-earlier summary in the region kept verbatim. Each is looked for in the candidate (summary +
-kept messages) as the replay looks for it: constraints case- and whitespace-insensitively,
-the rest exactly. What the summary lost is appended to it, deterministically, as a
-``## Facts kept verbatim`` list bounded to a quarter of the briefing length; the receipt
-records the weighted share carried before and after. No model call, unless the second pass
-is switched on (``[checkpoint] check = "second-pass"``): the summarizer is then asked once
-more, naming the lost facts, and the list repairs what it still lost.
+The fold region's critical facts — the constraints the user stated, the task statement's
+terms (they matter when the head keeps it clipped), the last error, the pending next step (the
+last thing the agent said it would do) and the files touched, then, with what room is left,
+the commands run and the names written — are the replay's fidelity probes of those kinds
+(:mod:`ctxfold.engine.probes`), plus the facts an earlier summary in the region kept verbatim.
+Each is looked for in the candidate (summary + kept messages) as the replay looks for it:
+constraints case- and whitespace-insensitively, the rest exactly. What the summary lost is
+appended to it, deterministically, as a ``## Facts kept verbatim`` list bounded to a quarter
+of the briefing length; the receipt records the weighted share carried before and after. No
+model call, unless the second pass is switched on (``[checkpoint] check = "second-pass"``):
+the summarizer is then asked once more, naming the lost facts, and the list repairs what it
+still lost.
 
 This measures and repairs what the model *can see*; the replay's fidelity score uses the same
 probes, so the gain it shows for these kinds is by construction — the gain that counts is
@@ -31,18 +33,24 @@ from ctxfold.kernel.types import Message, PinBlock, Review
 FACTS_HEADING = "## Facts kept verbatim"
 #: The facts list holds at most this share of the briefing length (4 characters a token).
 FACTS_SHARE = 1 / 4
-#: Critical kinds, their weight in the score and their label in the list, in repair order.
-CRITICAL: dict[str, tuple[int, str]] = {
-    "constraint": (3, "constraint"), "error": (2, "error"), "next": (2, "next step"),
-    "path": (1, "file"),
+#: Kinds checked, in repair order: (weight in the score, label in the list, one line for
+#: all facts of the kind). The critical ones first, then commands and names, which get what
+#: room is left.
+CRITICAL: dict[str, tuple[int, str, bool]] = {
+    "constraint": (3, "constraint", False), "task": (2, "task terms", True),
+    "error": (2, "error", False), "next": (2, "next step", False),
+    "path": (1, "files", True), "command": (1, "command", False),
+    "identifier": (1, "names", True),
 }
-_LABELS = {label: kind for kind, (_, label) in CRITICAL.items()}
+#: Between the facts of a one-line kind (not in paths, names or short task terms).
+JOIN = " · "
+_LABELS = {label: kind for kind, (_, label, _) in CRITICAL.items()}
 _NEXT_MIN, _NEXT_MAX = 12, 200
 
 
 @attrs.frozen
 class Fact:
-    """One critical fact: its kind and its exact text."""
+    """One fact to keep: its kind and its exact text."""
 
     kind: str
     text: str
@@ -50,8 +58,32 @@ class Fact:
     def found_in(self, text: str, normed: str) -> bool:
         return norm(self.text) in normed if self.kind == "constraint" else self.text in text
 
-    def line(self) -> str:
-        return f"- {CRITICAL[self.kind][1]}: {self.text}"
+    @property
+    def label(self) -> str:
+        return CRITICAL[self.kind][1]
+
+
+def render(facts: Sequence[Fact], budget: int) -> list[str]:
+    """The list lines of ``facts`` (in order) within ``budget`` characters: one line per
+    fact, or per kind for the one-line kinds; a fact that does not fit is skipped."""
+    lines: list[str] = []
+    grouped: dict[str, int] = {}  # kind -> index of its line
+    used = len(FACTS_HEADING)
+    for fact in facts:
+        if CRITICAL[fact.kind][2] and fact.kind in grouped:
+            extra = JOIN + fact.text
+            if used + len(extra) <= budget:
+                lines[grouped[fact.kind]] += extra
+                used += len(extra)
+            continue
+        line = f"- {fact.label}: {fact.text}"
+        if used + len(line) + 1 > budget:
+            continue
+        if CRITICAL[fact.kind][2]:
+            grouped[fact.kind] = len(lines)
+        lines.append(line)
+        used += len(line) + 1
+    return lines
 
 
 def kept_facts(summary: str) -> list[Fact]:
@@ -62,8 +94,10 @@ def kept_facts(summary: str) -> list[Fact]:
         if line.startswith("## "):
             break
         label, sep, text = line.removeprefix("- ").partition(": ")
-        if sep and label in _LABELS and text:
-            facts.append(Fact(_LABELS[label], text))
+        kind = _LABELS.get(label)
+        if sep and kind is not None and text:
+            texts = text.split(JOIN) if CRITICAL[kind][2] else [text]
+            facts.extend(Fact(kind, t) for t in texts if t)
     return facts
 
 
@@ -76,32 +110,34 @@ def _next_step(messages: Sequence[Message]) -> Fact | None:
     return None
 
 
-def region_facts(region: Sequence[Message]) -> list[Fact]:
-    """The critical facts of a fold region, in repair order: constraints (oldest first), the
-    last error, the next step, files (newest first); an earlier summary's kept facts after
-    the region's own of each kind. Each text once."""
+def region_facts(region: Sequence[Message], task: Message | None = None) -> list[Fact]:
+    """The facts to keep of a fold region, in repair order: constraints, the ``task``
+    statement's terms, the last error, the next step, files, commands, names, then the
+    earlier errors — each kind in the order first seen, an earlier summary's kept facts
+    before the region's own (only the newest next step counts). Each text once."""
     carried = [f for m in region if is_summary_message(m) for f in kept_facts(unwrap_summary(m))]
     own = [m for m in region if not is_summary_message(m) and not is_pin_block(m)]
     probes = extract_probes(own, task=False)
-    errors = [Fact("error", p.text) for p in probes if p.kind == "error"]
-    by_kind: dict[str, list[Fact]] = {
-        "constraint": [Fact("constraint", s) for m in own if is_user_written(m)
-                       for s in constraint_sentences(m.text)],
-        "error": errors[-1:],
-        "next": [f for f in [_next_step(own)] if f is not None],
-        "path": [Fact("path", p.text) for p in reversed(probes) if p.kind == "path"],
-    }
+
+    def of(kind: str) -> list[Fact]:  # probes of constraints are normalized: not these
+        return [f for f in carried if f.kind == kind] + [
+            Fact(kind, p.text) for p in probes if p.kind == kind != "constraint"]
+
+    errors = of("error")
+    nexts = [f for f in [_next_step(own)] if f is not None] or of("next")[-1:]
+    stated = [Fact("constraint", s) for m in own if is_user_written(m)
+              for s in constraint_sentences(m.text)]
+    terms = [Fact("task", p.text) for p in extract_probes([task]) if p.kind == "task"] \
+        if task is not None else []
+    ordered = [*of("constraint"), *stated, *terms, *errors[-1:], *nexts, *of("path"),
+               *of("command"), *of("identifier"), *errors[:-1]]
     out: list[Fact] = []
     seen: set[str] = set()
-    for kind, facts in by_kind.items():
-        older = [f for f in carried if f.kind == kind]
-        if kind in ("error", "next") and facts:
-            older = []  # only the newest error and next step matter
-        for fact in (*facts, *older):
-            key = norm(fact.text) if kind == "constraint" else fact.text
-            if key not in seen:
-                seen.add(key)
-                out.append(fact)
+    for fact in ordered:
+        key = norm(fact.text) if fact.kind == "constraint" else fact.text
+        if key not in seen:
+            seen.add(key)
+            out.append(fact)
     return out
 
 
@@ -112,10 +148,10 @@ def _texts(messages: Iterable[Message]) -> Iterable[str]:
 
 
 def check_summary(region: Sequence[Message], kept: Sequence[Message], text: str,
-                  window: int) -> Review:
-    """:class:`Review` of ``text``: the lost critical facts of ``region`` appended within the
-    budget, the weighted share carried before and after."""
-    facts = region_facts(region)
+                  window: int, task: Message | None = None) -> Review:
+    """:class:`Review` of ``text``: the lost facts of ``region`` (and of the ``task``
+    statement) appended within the budget, the weighted share carried before and after."""
+    facts = region_facts(region, task)
     if not facts:
         return Review(text)
     rest = "\n".join(_texts(kept))
@@ -131,18 +167,10 @@ def check_summary(region: Sequence[Message], kept: Sequence[Message], text: str,
 
     before = carried(text)
     lost = [f for f, ok in zip(facts, before, strict=True) if not ok]
-    budget = int(briefing_tokens(window) * 4 * FACTS_SHARE)
-    lines: list[str] = []
-    used = len(FACTS_HEADING)
-    for fact in lost:
-        line = fact.line()
-        if used + len(line) + 1 > budget:
-            continue  # a shorter fact further down may still fit
-        lines.append(line)
-        used += len(line) + 1
+    lines = render(lost, int(briefing_tokens(window) * 4 * FACTS_SHARE))
     repaired = f"{text}\n\n{FACTS_HEADING}\n" + "\n".join(lines) if lines else text
     return Review(repaired, share(before), share(carried(repaired)), tuple(lines),
-                  tuple(f.line().removeprefix("- ") for f in lost))
+                  tuple(f"{f.label}: {f.text}" for f in lost))
 
 
 @attrs.frozen
@@ -166,7 +194,7 @@ class Reviewer:
                          count=self.count)
 
     def review(self, region: Sequence[Message], kept: Sequence[Message], text: str,
-               window: int) -> Review:
+               window: int, task: Message | None = None) -> Review:
         if self.config.check == "off":
             return Review(text)
-        return check_summary(region, kept, text, window)
+        return check_summary(region, kept, text, window, task)

@@ -181,14 +181,17 @@ def candidate(
 
 def review(
     reviewer: CheckpointReview, planned: PlannedRequest, made: Candidate, text: str,
-    view: Sequence[Message], window: int,
+    view: Sequence[Message], canonical: Sequence[Message], window: int,
 ) -> Generator[SummaryRequest, object, tuple[Review, int]]:
     """Check the summary ``text`` of ``made`` against its fold region; with the second pass
     on, a summary that lost facts is asked for once more (a failure there keeps the first
     text), then checked again. Returns the review and the extra summary calls made."""
-    region = view[planned.plan.head : planned.plan.end]
+    head = planned.plan.head
+    region = view[head:planned.plan.end]
     kept = made.view[: made.summary] + made.view[made.summary + 1 :]
-    checked = reviewer.review(region, kept, text, window)
+    task = canonical[canonical_index(canonical, 0, head - 1)] if head and \
+        view[head - 1].role == "user" else None  # in full: the head may keep it clipped
+    checked = reviewer.review(region, kept, text, window, task)
     if not (checked.lost and reviewer.second_pass):
         return checked, 0
     try:
@@ -198,5 +201,5 @@ def review(
         second = ""
     if not second:
         return checked, 1
-    again = reviewer.review(region, kept, second, window)
+    again = reviewer.review(region, kept, second, window, task)
     return attrs.evolve(again, before=checked.before, lost=checked.lost), 1

@@ -129,9 +129,9 @@ class CheckpointReview(Protocol):
         ...
 
     def review(self, region: Sequence[Message], kept: Sequence[Message], text: str,
-               window: int) -> Review:
-        """Check ``text`` (the summary of the view messages ``region``) with ``kept`` (the
-        rest of the candidate view) against the region's probes; repair what it lost."""
+               window: int, task: Message | None = None) -> Review:
+        """Check ``text`` (the summary of the view messages ``region``; ``task``: the full
+        task statement) with ``kept`` (the rest of the candidate view); repair its losses."""
         ...
 
 

@@ -45,6 +45,14 @@ STALE = "context changed during summary; automatic retry blocked for this genera
 LACKS_PIN = "checkpoint candidate lacks the pinned rule {rule!r}"
 
 
+def checked(reviewed: Review | None) -> str:
+    """The telemetry detail of a checked summary install (``probes B -> A, N repaired``)."""
+    if reviewed is None or reviewed.before is None or reviewed.after is None:
+        return ""
+    return (f"probes {reviewed.before:.2f} -> {reviewed.after:.2f}, "
+            f"{len(reviewed.repaired)} repaired")
+
+
 class Resync(enum.Enum):
     """The step that asks the driver to re-read the transcript after a lost CAS."""
 
@@ -214,7 +222,7 @@ class Run:
                 telemetry=ctx.committer.telemetry(
                     kind="install", trigger=ctx.trigger, action=action.value,
                     tokens_before=self.tokens, tokens_after=new_tokens, saved_tokens=saved,
-                    summary_calls=1 if summary_text else 0,
+                    summary_calls=1 if summary_text else 0, detail=checked(reviewed),
                 ),
                 source_tokens=self.tokens, projection_tokens=new_tokens,
                 summary_hash=summary_hash, view_input_hash=view_hash,
@@ -302,8 +310,8 @@ class Run:
 
         made, reviewed = build(text), None
         if ctx.review is not None:
-            reviewed, calls = yield from checkpoint.review(ctx.review, planned, made, text,
-                                                           self.view, ctx.window)
+            reviewed, calls = yield from checkpoint.review(
+                ctx.review, planned, made, text, self.view, self.canonical, ctx.window)
             self.summary_calls += calls
             made = build(reviewed.text) if reviewed.text != text else made
         missing = made.missing_rules()

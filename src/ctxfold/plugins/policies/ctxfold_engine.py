@@ -1,4 +1,8 @@
-"""Policy ``ctxfold``: the real engine, a :class:`~ctxfold.ContextManager`.
+"""Policies ``ctxfold`` and ``ctxfold-plain``: the real engine, a :class:`~ctxfold.ContextManager`.
+
+``ctxfold`` runs it as configured (by default: standing rules pinned in every checkpoint,
+summaries checked and repaired before install); ``ctxfold-plain`` switches both off
+(``[checkpoint] extract_rules = false, check = "off"``), so the report measures what they add.
 
 Each canonical message is appended to a session in a private filesystem store (temporary
 directory); before each assistant message the policy calls ``prepare()`` — the engine exactly
@@ -15,7 +19,7 @@ import re
 import attrs
 
 from ctxfold.engine.opening import open_session
-from ctxfold.kernel.config import AgentConfig, SummarizerConfig
+from ctxfold.kernel.config import AgentConfig, CheckpointConfig, SummarizerConfig
 from ctxfold.kernel.errors import MaintenanceError, PolicyFailedError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
@@ -46,14 +50,21 @@ class CtxfoldPolicy:
 
     name = "ctxfold"
 
-    def __init__(self, setup: PolicyOptions, context: StrategyContext[PolicyOptions]) -> None:
+    def __init__(self, setup: PolicyOptions, context: StrategyContext[PolicyOptions],
+                 *, plain: bool = False) -> None:
         self.setup = setup
+        checkpoint = (CheckpointConfig(extract_rules=False, check="off") if plain
+                      else context.config.checkpoint)
+        if plain:
+            self.name = "ctxfold-plain"
+        # One store per policy: two ctxfold policies of one replay share the work directory.
         config = attrs.evolve(
             context.config,
             agent=AgentConfig(compact_ratio=setup.compact_ratio),
+            checkpoint=checkpoint,
             summarizer=SummarizerConfig(name="extractive"),
             store=attrs.evolve(context.config.store, name="fs",
-                               path=str(setup.workdir / "ctxfold-store")),
+                               path=str(setup.workdir / f"{self.name}-store")),
         )
         self.recorder = _Recorder(setup.summarizer, setup)
         session_id = (_UNSAFE.sub("_", setup.session_name) or "session")[:100]
@@ -89,7 +100,7 @@ class CtxfoldPolicy:
         try:
             prepared = self.manager.prepare()
         except MaintenanceError as exc:
-            raise PolicyFailedError(f"policy ctxfold: {exc}") from exc
+            raise PolicyFailedError(f"policy {self.name}: {exc}") from exc
         calls = tuple(
             SummaryCall(request=req, text=res.text.strip())
             for req, res in self.recorder.calls[before:]
@@ -111,8 +122,15 @@ def _factory(context: StrategyContext[PolicyOptions]) -> CtxfoldPolicy:
     return CtxfoldPolicy(context.options, context)
 
 
+def _plain(context: StrategyContext[PolicyOptions]) -> CtxfoldPolicy:
+    return CtxfoldPolicy(context.options, context, plain=True)
+
+
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
-    """Register the ``ctxfold`` policy."""
+    """Register the ``ctxfold`` and ``ctxfold-plain`` policies."""
     return [StrategySpec(kind="policy", name="ctxfold", factory=_factory,
-                         description="the ctxfold engine (ContextManager.prepare) as specified")]
+                         description="the ctxfold engine (ContextManager.prepare) as specified"),
+            StrategySpec(kind="policy", name="ctxfold-plain", factory=_plain,
+                         description="the ctxfold engine without pinned rules and without the "
+                         "summary check (what they add)")]
