@@ -17,7 +17,12 @@ comparison policies. A variant sets, in this process only:
   rule); above it the prune is applied inside the checkpoint the fold builds;
 * ``tail``: :data:`ctxfold.kernel.fold.TAIL_RATIO`, the verbatim tail's share of the window;
 * ``briefing``: the briefing length a summary request asks for, as a share of the window
-  (``0``: none asked, so the replay's 2,048-token default; the default is 1/16, 512–4,096).
+  (``0``: none asked, so the replay's 2,048-token default; the default is 1/20, 512–4,096);
+* ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's list of facts kept
+  verbatim as a share of the briefing length (``0``: nothing repaired; the default is 1/2).
+  ``seed`` is the seed's rules: prune alone whenever it clears the trigger, no length asked,
+  no repair; ``2026-12-01`` the defaults before the summary check (briefing 1/16, no repair).
+  Every variant runs with the standing rules on (``[checkpoint] extract_rules``).
 
 Per window and variant: cost, fidelity (mean weighted probe retention), constraint retention,
 share of requests under 50 %, summaries, prunes, sessions completed, and the cost ratio against
@@ -42,29 +47,35 @@ DEFAULT_SESSIONS = REPO.parent / "shared" / "data" / "transcripts"
 COMPARISON = ("codex-like", "opencode-like", "openhands-like")
 PEERS = ("pydantic-ai-harness", "langchain-summarization")
 
-#: name -> (prune-alone ratio, tail ratio, briefing share of the window; 0 = none asked)
-VARIANTS: dict[str, tuple[float, float, float]] = {
-    "default": (0.60, 0.16, 1 / 16),
-    "seed": (1.00, 0.16, 0.0),
-    "prune-alone-0.8": (1.00, 0.16, 1 / 16),
-    "prune-alone-0.7": (0.70, 0.16, 1 / 16),
-    "prune-alone-0.5": (0.50, 0.16, 1 / 16),
-    "tail-0.10": (0.60, 0.10, 1 / 16),
-    "tail-0.12": (0.60, 0.12, 1 / 16),
-    "tail-0.20": (0.60, 0.20, 1 / 16),
-    "briefing-none": (0.60, 0.16, 0.0),
-    "briefing-1/32": (0.60, 0.16, 1 / 32),
-    "briefing-1/8": (0.60, 0.16, 1 / 8),
-    "tail-0.10+briefing-1/32": (0.60, 0.10, 1 / 32),
-    "tail-0.12+briefing-1/24": (0.60, 0.12, 1 / 24),
+#: name -> (prune-alone ratio, tail ratio, briefing share of the window (0 = none asked),
+#: facts share of the briefing (the summary check's list; 0 = nothing repaired))
+VARIANTS: dict[str, tuple[float, float, float, float]] = {
+    "default": (0.60, 0.16, 1 / 20, 1 / 2),
+    "seed": (1.00, 0.16, 0.0, 0.0),
+    "2026-12-01": (0.60, 0.16, 1 / 16, 0.0),
+    "prune-alone-0.8": (1.00, 0.16, 1 / 20, 1 / 2),
+    "prune-alone-0.7": (0.70, 0.16, 1 / 20, 1 / 2),
+    "prune-alone-0.5": (0.50, 0.16, 1 / 20, 1 / 2),
+    "tail-0.10": (0.60, 0.10, 1 / 20, 1 / 2),
+    "tail-0.12": (0.60, 0.12, 1 / 20, 1 / 2),
+    "tail-0.20": (0.60, 0.20, 1 / 20, 1 / 2),
+    "briefing-none": (0.60, 0.16, 0.0, 1 / 2),
+    "briefing-1/16": (0.60, 0.16, 1 / 16, 1 / 2),
+    "briefing-1/24": (0.60, 0.16, 1 / 24, 1 / 2),
+    "briefing-1/32": (0.60, 0.16, 1 / 32, 1 / 2),
+    "check-off": (0.60, 0.16, 1 / 20, 0.0),
+    "facts-1/4": (0.60, 0.16, 1 / 20, 1 / 4),
+    "facts-1": (0.60, 0.16, 1 / 20, 1.0),
 }
 
 
-def _apply(variant: tuple[float, float, float]) -> None:
+def _apply(variant: tuple[float, float, float, float]) -> None:
     """Set a variant's constants in this (worker) process."""
+    from ctxfold.engine import review
     from ctxfold.kernel import checkpoint, fold, maintenance, summary
 
-    prune, tail, briefing = variant
+    prune, tail, briefing, facts = variant
+    review.FACTS_SHARE = facts
     maintenance.PRUNE_ALONE_RATIO = prune
     fold.TAIL_RATIO = tail
     if briefing:
@@ -74,7 +85,8 @@ def _apply(variant: tuple[float, float, float]) -> None:
         checkpoint.briefing_tokens = lambda _window: 0
 
 
-def _run(job: tuple[str, Sequence[str], int, Sequence[str], tuple[float, float, float] | None]
+def _run(job: tuple[str, Sequence[str], int, Sequence[str],
+                   tuple[float, float, float, float] | None]
          ) -> tuple[str, int, list[dict[str, Any]]]:
     """One replay in a worker: ``(label, window, per-session policy results)``."""
     from ctxfold.kernel.config import Config
