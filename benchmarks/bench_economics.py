@@ -17,7 +17,7 @@ comparison policies. A variant sets, in this process only:
   rule); above it the prune is applied inside the checkpoint the fold builds;
 * ``tail``: :data:`ctxfold.kernel.fold.TAIL_RATIO`, the verbatim tail's share of the window;
 * ``briefing``: the briefing length a summary request asks for, as a share of the window
-  (``0``: none asked, so the replay's 2,048-token default; the default is 1/20, 512–4,096);
+  (``0``: none asked, so the replay's 2,048-token default; the default is 1/20, 512–3,072);
 * ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's list of facts kept
   verbatim as a share of the briefing length (``0``: nothing repaired; the default is 1/2).
   ``seed`` is the seed's rules: prune alone whenever it clears the trigger, no length asked,

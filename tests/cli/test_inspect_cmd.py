@@ -157,3 +157,40 @@ def test_view_prints_what_the_model_sees_now(root: Path, capsys: pytest.CaptureF
     assert len(content) == report["view"]["messages"]
     assert content[0] == {"role": "system", "content": "be brief"}
     assert any(m["content"].startswith("<compaction-summary>") for m in content)
+
+
+def test_rules_show_pins_the_last_fold_check_and_the_facts_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxfold.config.load import load_config
+    from ctxfold.kernel.types import ToolCall
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
+    (tmp_path / "ctxfold.toml").write_text(CONFIG.replace("4000", "8000"))
+    cm = open_session("r", config=load_config(cwd=tmp_path).config,
+                      summarize=lambda request: "## Goal\n- fix it")  # loses the error
+    cm.append(Message(role="system", content="be brief"), Message(role="user", content="fix it"))
+    cm.pin("Never commit generated files.", reason="repo rule")
+    cm.append(Message(role="assistant", tool_calls=(ToolCall(id="c1", name="sh"),)),
+              Message(role="tool", tool_call_id="c1", name="sh",
+                      content="KeyError: 'limits' in conf/loader.py"))
+    for i in range(6):
+        cm.append(Message(role="assistant", content=f"step {i} " + "beta " * 150),
+                  Message(role="user", content=f"next {i} " + "gamma " * 150))
+    cm.compact()
+    receipt = cm.state.last_receipt
+    assert receipt is not None and receipt.probes_after is not None
+    code, out, _ = run(capsys, "inspect", "r", "--json")
+    rules = json.loads(out)["rules"]
+    assert code == 0 and [p["text"] for p in rules["explicit"]] == ["Never commit generated files."]
+    assert rules["checkpoint_rules"] == [
+        "- (#2; pinned: repo rule) Never commit generated files."]
+    assert rules["last_check"]["probes_after"] == receipt.probes_after
+    assert receipt.probes_before < receipt.probes_after
+    assert list(receipt.repaired) == rules["repaired"]
+    assert any("KeyError: 'limits' in conf/loader.py" in line for line in rules["repaired"])
+    code, text, _ = run(capsys, "inspect", "r")
+    assert "last fold check: probes " in text and "facts kept verbatim in the summary" in text
+    code, view, _ = run(capsys, "inspect", "r", "--view")
+    assert "user (standing rules):" in view

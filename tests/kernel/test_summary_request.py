@@ -139,7 +139,7 @@ def test_validate_rejects_length_truncation_even_with_text() -> None:
 
 
 @pytest.mark.parametrize(("window", "target"), [(4_000, 512), (27_904, 1_395), (59_904, 2_995),
-                                                (200_000, 4_096), (1_000_000, 4_096)])
+                                                (200_000, 3_072), (1_000_000, 3_072)])
 def test_briefing_length_is_a_twentieth_of_the_window_within_bounds(window: int,
                                                                     target: int) -> None:
     assert briefing_tokens(window) == target

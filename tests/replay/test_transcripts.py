@@ -46,3 +46,28 @@ def test_ctxfold_policy_keeps_invariants_on_real_transcripts(path: Path) -> None
     assert result.prefix_stable_between_installs
     assert result.cache_hit_tokens + result.cache_miss_tokens == result.prompt_tokens
     assert not result.failed, result.failure
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"{TRANSCRIPTS} is absent")
+def test_pins_and_the_summary_check_raise_fidelity_at_no_extra_cost() -> None:
+    """docs/checkpoints.md's claim, at the window where it matters most: on the shared
+    transcripts at 32K, ctxfold (standing rules + checked summaries) keeps more of the
+    probes than ctxfold-plain (both off) and costs no more."""
+    from ctxfold.replay import ReplaySettings, replay_paths
+
+    settings = ReplaySettings(window=32_000, policies=("ctxfold", "ctxfold-plain"))
+    sessions = replay_paths(_sessions(), settings)
+
+    def totals(name: str) -> tuple[float, float]:
+        results = [s.policies[name] for s in sessions]
+        scored = [(r.fidelity.mean, r.requests) for r in results if r.fidelity.mean is not None]
+        mean = sum(f * n for f, n in scored) / sum(n for _, n in scored)
+        return sum(r.cost_usd for r in results), mean
+
+    (cost, fidelity), (plain_cost, plain_fidelity) = totals("ctxfold"), totals("ctxfold-plain")
+    assert fidelity >= plain_fidelity + 0.05, (fidelity, plain_fidelity)
+    assert cost <= plain_cost, (cost, plain_cost)
+    for session in sessions:
+        for result in session.policies.values():
+            assert result.canonical_intact and result.prefix_stable_between_installs
