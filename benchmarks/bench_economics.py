@@ -17,11 +17,12 @@ comparison policies. A variant sets, in this process only:
   rule); above it the prune is applied inside the checkpoint the fold builds;
 * ``tail``: :data:`ctxfold.kernel.fold.TAIL_RATIO`, the verbatim tail's share of the window;
 * ``briefing``: the briefing length a summary request asks for, as a share of the window
-  (``0``: none asked, so the replay's 2,048-token default; the default is 1/20, 512–3,072);
+  (``0``: none asked, so the replay's 2,048-token default; the default is 1/24, 512–3,072);
 * ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's list of facts kept
   verbatim as a share of the briefing length (``0``: nothing repaired; the default is 1/2).
   ``seed`` is the seed's rules: prune alone whenever it clears the trigger, no length asked,
-  no repair; ``2026-12-01`` the defaults before the summary check (briefing 1/16, no repair).
+  no repair; ``briefing-1/16+check-off`` the briefing and repair of the defaults before the
+  summary check (under today's 3,072-token briefing cap).
   Every variant runs with the standing rules on (``[checkpoint] extract_rules``).
 
 Per window and variant: cost, fidelity (mean weighted probe retention), constraint retention,
@@ -50,22 +51,22 @@ PEERS = ("pydantic-ai-harness", "langchain-summarization")
 #: name -> (prune-alone ratio, tail ratio, briefing share of the window (0 = none asked),
 #: facts share of the briefing (the summary check's list; 0 = nothing repaired))
 VARIANTS: dict[str, tuple[float, float, float, float]] = {
-    "default": (0.60, 0.16, 1 / 20, 1 / 2),
+    "default": (0.60, 0.16, 1 / 24, 1 / 2),
     "seed": (1.00, 0.16, 0.0, 0.0),
-    "2026-12-01": (0.60, 0.16, 1 / 16, 0.0),
-    "prune-alone-0.8": (1.00, 0.16, 1 / 20, 1 / 2),
-    "prune-alone-0.7": (0.70, 0.16, 1 / 20, 1 / 2),
-    "prune-alone-0.5": (0.50, 0.16, 1 / 20, 1 / 2),
-    "tail-0.10": (0.60, 0.10, 1 / 20, 1 / 2),
-    "tail-0.12": (0.60, 0.12, 1 / 20, 1 / 2),
-    "tail-0.20": (0.60, 0.20, 1 / 20, 1 / 2),
+    "briefing-1/16+check-off": (0.60, 0.16, 1 / 16, 0.0),
+    "prune-alone-0.8": (1.00, 0.16, 1 / 24, 1 / 2),
+    "prune-alone-0.7": (0.70, 0.16, 1 / 24, 1 / 2),
+    "prune-alone-0.5": (0.50, 0.16, 1 / 24, 1 / 2),
+    "tail-0.10": (0.60, 0.10, 1 / 24, 1 / 2),
+    "tail-0.12": (0.60, 0.12, 1 / 24, 1 / 2),
+    "tail-0.20": (0.60, 0.20, 1 / 24, 1 / 2),
     "briefing-none": (0.60, 0.16, 0.0, 1 / 2),
     "briefing-1/16": (0.60, 0.16, 1 / 16, 1 / 2),
-    "briefing-1/24": (0.60, 0.16, 1 / 24, 1 / 2),
+    "briefing-1/20": (0.60, 0.16, 1 / 20, 1 / 2),
     "briefing-1/32": (0.60, 0.16, 1 / 32, 1 / 2),
-    "check-off": (0.60, 0.16, 1 / 20, 0.0),
-    "facts-1/4": (0.60, 0.16, 1 / 20, 1 / 4),
-    "facts-1": (0.60, 0.16, 1 / 20, 1.0),
+    "check-off": (0.60, 0.16, 1 / 24, 0.0),
+    "facts-1/4": (0.60, 0.16, 1 / 24, 1 / 4),
+    "facts-1": (0.60, 0.16, 1 / 24, 1.0),
 }
 
 
