@@ -152,3 +152,21 @@ def test_terms_of_a_task_the_head_keeps_clipped_are_kept_in_the_summary(tmp_path
     assert "normalize_limits_v2" not in head.content  # clipped out of the head
     text = unwrap_summary(next(m for m in cm.view() if is_summary_message(m)))
     assert "- task terms: normalize_limits_v2" in text
+
+
+
+def test_a_second_pass_counts_against_the_two_summaries_of_a_prepare(tmp_path):
+    config = attrs.evolve(make_config(tmp_path, window=20_000),
+                          checkpoint=CheckpointConfig(check="second-pass", extract_rules=False))
+    # A long briefing that loses every fact: each fold asks for a second pass, and the first
+    # checkpoint stays above the trigger, so a second fold is due in the same prepare.
+    summarizer = RecordingSummarizer([SummaryResult("## Goal\n" + "- step done\n" * 1800)] * 8)
+    cm = ctxfold.open_session("s", config=config, summarizer=summarizer)
+    cm.append(Message(role="system", content="You are a coding agent."),
+              Message(role="user", content="Fix the limits bug."), *region())
+    for i in range(48):
+        cm.append(Message(role="assistant", tool_calls=(ToolCall(id=f"r{i}", name="read"),)))
+        cm.append_tool_result(f"r{i}", f"output {i} " + "y" * 1500, tool_name="read")
+    assert cm.trigger_tokens < cm.estimate() < cm.hard_ceiling  # pressure, not a rescue
+    prepared = cm.prepare()
+    assert prepared.summary_calls == len(summarizer.requests) == 2

@@ -86,6 +86,8 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
         attempts = MANUAL_RESCUE_SUMMARIES
     result: FoldResult | None = None
     for _ in range(attempts):
+        if run.summary_calls >= attempts:
+            break  # a checked summary's second pass counts as one of the attempts
         if (trigger == "pressure" and run.summary_calls == 0
                 and run.latches.summary_turn == ctx.turn and run.tokens < hard):
             break  # one turn never pays two automatic summaries (a rescue above hard may)
