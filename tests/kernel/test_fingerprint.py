@@ -62,3 +62,15 @@ def test_local_only_messages_are_not_fingerprinted() -> None:
 def test_hash_is_16_bytes_hex_and_out_of_range_is_empty() -> None:
     assert len(covered_prefix_hash(BASE, 2)) == 32
     assert covered_prefix_hash(BASE, 0) == "" and covered_prefix_hash(BASE, 5) == ""
+
+
+def test_a_new_list_at_a_freed_list_s_address_is_hashed_from_its_own_messages() -> None:
+    # CPython reuses a freed list's address at once: the prefix memo must not take a new list
+    # ending in the same message object for the old one.
+    other = attrs.evolve(BASE[1], content="another task")
+    expected = {False: fingerprint(BASE), True: fingerprint([BASE[0], other, *BASE[2:]])}
+    for i in range(200):
+        swap = i % 2 == 1
+        messages = [BASE[0], other if swap else BASE[1], *BASE[2:]]
+        assert covered_prefix_hash(messages, 4) == expected[swap]
+        del messages

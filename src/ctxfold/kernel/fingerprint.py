@@ -81,13 +81,14 @@ def fingerprint(messages: Iterable[Message]) -> str:
     return h.digest()[:16].hex()
 
 
-#: Running hashes of prefixes seen before: (id of the list, count, its last message, whether
+#: Running hashes of prefixes seen before: (the list itself, count, its last message, whether
 #: it was empty, the SHA-256 state before the closing bracket). A transcript only grows by
 #: appends (a rewind or re-read gives a new list), so a prefix of the same list ending in the
-#: same message object has the same bytes.
-_PREFIXES: list[tuple[int, int, Message, bool, Any]] = []
+#: same message object has the same bytes. The list is held, not its ``id``: a freed list's
+#: address is reused at once, and a new list there may end in the same message object.
+_PREFIXES: list[tuple[Sequence[Message], int, Message, bool, Any]] = []
 _PREFIX_LOCK = threading.Lock()
-_PREFIX_SLOTS = 64
+_PREFIX_SLOTS = 16
 
 
 def covered_prefix_hash(canonical: Sequence[Message], covered_count: int) -> str:
@@ -102,14 +103,14 @@ def covered_prefix_hash(canonical: Sequence[Message], covered_count: int) -> str
     start, first, h = 0, True, None
     with _PREFIX_LOCK:
         for key, count, last, empty, state in _PREFIXES:
-            if (key == id(canonical) and start < count <= covered_count
+            if (key is canonical and start < count <= covered_count
                     and canonical[count - 1] is last):
                 start, first, h = count, empty, state
         h = h.copy() if h is not None else hashlib.sha256(b"[")
     first = _extend(h, canonical[start:covered_count], first)
-    entry = (id(canonical), covered_count, canonical[covered_count - 1], first, h.copy())
+    entry = (canonical, covered_count, canonical[covered_count - 1], first, h.copy())
     with _PREFIX_LOCK:
-        _PREFIXES[:] = [e for e in _PREFIXES if e[0] != id(canonical)][-_PREFIX_SLOTS + 1:]
+        _PREFIXES[:] = [e for e in _PREFIXES if e[0] is not canonical][-_PREFIX_SLOTS + 1:]
         _PREFIXES.append(entry)
     h.update(b"]")
     return h.digest()[:16].hex()
