@@ -80,15 +80,21 @@ def test_an_earlier_summary_s_kept_facts_carry_into_the_next_check():
     assert NEXT not in [f.text for f in facts]  # only the newest next step counts
 
 
-def fold_session(tmp_path, check: str, summarizer):
+def open_rounds(tmp_path, check: str, summarizer, *, rounds: int = 10, size: int = 3000):
+    """System, task, :func:`region`, then ``rounds`` tool rounds of ``size`` characters."""
     config = attrs.evolve(make_config(tmp_path, window=20_000),
                           checkpoint=CheckpointConfig(check=check, extract_rules=False))
     cm = ctxfold.open_session("s", config=config, summarizer=summarizer)
     cm.append(Message(role="system", content="You are a coding agent."),
               Message(role="user", content="Fix the limits bug."), *region())
-    for i in range(10):
+    for i in range(rounds):
         cm.append(Message(role="assistant", tool_calls=(ToolCall(id=f"r{i}", name="read"),)))
-        cm.append_tool_result(f"r{i}", f"output {i} " + "y" * 3000, tool_name="read")
+        cm.append_tool_result(f"r{i}", f"output {i} " + "y" * size, tool_name="read")
+    return cm
+
+
+def fold_session(tmp_path, check: str, summarizer):
+    cm = open_rounds(tmp_path, check, summarizer)
     cm.compact()
     return cm
 
@@ -156,17 +162,10 @@ def test_terms_of_a_task_the_head_keeps_clipped_are_kept_in_the_summary(tmp_path
 
 
 def test_a_second_pass_counts_against_the_two_summaries_of_a_prepare(tmp_path):
-    config = attrs.evolve(make_config(tmp_path, window=20_000),
-                          checkpoint=CheckpointConfig(check="second-pass", extract_rules=False))
     # A long briefing that loses every fact: each fold asks for a second pass, and the first
     # checkpoint stays above the trigger, so a second fold is due in the same prepare.
     summarizer = RecordingSummarizer([SummaryResult("## Goal\n" + "- step done\n" * 1800)] * 8)
-    cm = ctxfold.open_session("s", config=config, summarizer=summarizer)
-    cm.append(Message(role="system", content="You are a coding agent."),
-              Message(role="user", content="Fix the limits bug."), *region())
-    for i in range(48):
-        cm.append(Message(role="assistant", tool_calls=(ToolCall(id=f"r{i}", name="read"),)))
-        cm.append_tool_result(f"r{i}", f"output {i} " + "y" * 1500, tool_name="read")
+    cm = open_rounds(tmp_path, "second-pass", summarizer, rounds=48, size=1500)
     assert cm.trigger_tokens < cm.estimate() < cm.hard_ceiling  # pressure, not a rescue
     prepared = cm.prepare()
     assert prepared.summary_calls == len(summarizer.requests) == 2
