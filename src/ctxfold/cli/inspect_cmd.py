@@ -181,7 +181,7 @@ def standing(canonical: Sequence[Message], view: Sequence[Message], state: Sidec
              ) -> dict[str, Any]:
     """The session's pins, the rules its checkpoint carries and the last fold's check."""
     from ctxfold.engine.pins import is_pin_block, standing_rules
-    from ctxfold.engine.review import FACTS_HEADING
+    from ctxfold.engine.review import facts_list
     from ctxfold.kernel.summary import is_summary_message, unwrap_summary
 
     pins = standing_rules(canonical, 0, extract=False)[0]
@@ -202,19 +202,8 @@ def standing(canonical: Sequence[Message], view: Sequence[Message], state: Sidec
         "checkpoint_rules": [] if block is None else
         [line for line in block.content.splitlines() if line.startswith("- ")],
         "last_check": check,
-        "repaired": [] if summary is None else _facts(unwrap_summary(summary), FACTS_HEADING),
+        "repaired": [] if summary is None else facts_list(unwrap_summary(summary)),
     }
-
-
-def _facts(summary: str, heading: str) -> list[str]:
-    """The lines of a summary's kept-facts list."""
-    _, found, rest = summary.partition(heading + "\n")
-    lines = []
-    for line in rest.splitlines() if found else ():
-        if not line.startswith("- "):
-            break
-        lines.append(line)
-    return lines
 
 
 def _pct(value: float | None) -> str:

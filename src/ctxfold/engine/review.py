@@ -86,13 +86,21 @@ def render(facts: Sequence[Fact], budget: int) -> list[str]:
     return lines
 
 
-def kept_facts(summary: str) -> list[Fact]:
-    """The facts an earlier summary kept verbatim (its ``## Facts kept verbatim`` list)."""
+def facts_list(summary: str) -> list[str]:
+    """The lines of a summary's ``## Facts kept verbatim`` list."""
     _, heading, rest = summary.partition(FACTS_HEADING + "\n")
-    facts: list[Fact] = []
+    lines: list[str] = []
     for line in rest.splitlines() if heading else ():
-        if line.startswith("## "):
+        if not line.startswith("- "):
             break
+        lines.append(line)
+    return lines
+
+
+def kept_facts(summary: str) -> list[Fact]:
+    """The facts an earlier summary kept verbatim (its :func:`facts_list`)."""
+    facts: list[Fact] = []
+    for line in facts_list(summary):
         label, sep, text = line.removeprefix("- ").partition(": ")
         kind = _LABELS.get(label)
         if sep and kind is not None and text:

@@ -122,17 +122,21 @@ def clipped_request(
 @attrs.frozen
 class Candidate:
     """A checkpoint ready to install: its body, coverage and the view it gives; ``summary``
-    is the summary's position in both, ``rules`` the pinned rules the view must carry."""
+    is the summary's position in both, ``hint`` the lookup hint closing it, ``rules`` the
+    pinned rules the view must carry."""
 
     body: list[Message]
     covered_count: int
     view: list[Message]
     summary: int = 0
     rules: tuple[str, ...] = ()
+    hint: str = ""
 
-    def missing_rules(self) -> list[str]:
-        """The pinned rules this candidate's view does not carry verbatim."""
-        return [rule for rule in self.rules if not any(rule in m.content for m in self.view)]
+    def with_summary(self, text: str) -> Candidate:
+        """This candidate with the summary ``text`` instead (the same lookup hint)."""
+        body, view = list(self.body), list(self.view)
+        body[self.summary] = view[self.summary] = wrap_summary(text, self.hint)
+        return attrs.evolve(self, body=body, view=view)
 
 
 Pins = Callable[[Sequence[Message], int, Sequence[Message], int], PinBlock | None]
@@ -161,7 +165,8 @@ def candidate(
         covered_count=projection.covered_count if projection else 0, canonical=canonical)
     first = canonical_index(canonical, 0, plan.head)  # the head stays verbatim
     folded = covered
-    summary = wrap_summary(text, lookup_hint(canonical, first, covered))
+    hint = lookup_hint(canonical, first, covered)
+    summary = wrap_summary(text, hint)
     if pruned is not None:  # kept messages in their pruned form: a body covering everything
         body, covered = [*pruned[: plan.head], summary, *pruned[plan.end :]], len(canonical)
     else:
@@ -176,7 +181,7 @@ def candidate(
     new_view = visible_view(Projection(messages=tuple(body), covered_count=covered), canonical)
     at = plan.head + (block is not None)
     return Candidate(body=body, covered_count=covered, view=new_view, summary=at,
-                     rules=block.rules if block else ())
+                     rules=block.rules if block else (), hint=hint)
 
 
 def review(

@@ -301,20 +301,17 @@ class Run:
             if ctx.trigger == "manual":
                 raise
             return FoldResult.FAILED
-        def build(text: str) -> checkpoint.Candidate:
-            return checkpoint.candidate(
-                self.view, planned.plan, text, projection=ctx.committer.state.projection,
-                canonical=self.canonical, window=ctx.window, count=ctx.count,
-                pruned=pruned.view if pruned else None,
-                pins=ctx.review.pins if ctx.review else None)
-
-        made, reviewed = build(text), None
+        made = checkpoint.candidate(
+            self.view, planned.plan, text, projection=ctx.committer.state.projection,
+            canonical=self.canonical, window=ctx.window, count=ctx.count,
+            pruned=pruned.view if pruned else None, pins=ctx.review.pins if ctx.review else None)
+        reviewed = None
         if ctx.review is not None:
             reviewed, calls = yield from checkpoint.review(
                 ctx.review, planned, made, text, self.view, self.canonical, ctx.window)
             self.summary_calls += calls
-            made = build(reviewed.text) if reviewed.text != text else made
-        missing = made.missing_rules()
+            made = made.with_summary(reviewed.text)  # the same body, hint and rules
+        missing = [r for r in made.rules if not any(r in m.content for m in made.view)]
         if missing:
             self.receipt(ReceiptStatus.BLOCKED, LACKS_PIN.format(rule=missing[0][:80]),
                          ReceiptAction.SUMMARY)

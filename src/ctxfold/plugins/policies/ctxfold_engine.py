@@ -49,19 +49,16 @@ class CtxfoldPolicy:
     """The ctxfold engine under replay."""
 
     name = "ctxfold"
+    #: ``[checkpoint]`` of this policy (``None``: the replay's configuration).
+    checkpoint: CheckpointConfig | None = None
 
-    def __init__(self, setup: PolicyOptions, context: StrategyContext[PolicyOptions],
-                 *, plain: bool = False) -> None:
+    def __init__(self, setup: PolicyOptions, context: StrategyContext[PolicyOptions]) -> None:
         self.setup = setup
-        checkpoint = (CheckpointConfig(extract_rules=False, check="off") if plain
-                      else context.config.checkpoint)
-        if plain:
-            self.name = "ctxfold-plain"
         # One store per policy: two ctxfold policies of one replay share the work directory.
         config = attrs.evolve(
             context.config,
             agent=AgentConfig(compact_ratio=setup.compact_ratio),
-            checkpoint=checkpoint,
+            checkpoint=self.checkpoint or context.config.checkpoint,
             summarizer=SummarizerConfig(name="extractive"),
             store=attrs.evolve(context.config.store, name="fs",
                                path=str(setup.workdir / f"{self.name}-store")),
@@ -122,8 +119,15 @@ def _factory(context: StrategyContext[PolicyOptions]) -> CtxfoldPolicy:
     return CtxfoldPolicy(context.options, context)
 
 
+class PlainCtxfoldPolicy(CtxfoldPolicy):
+    """``ctxfold-plain``: the engine with the standing rules and the summary check off."""
+
+    name = "ctxfold-plain"
+    checkpoint = CheckpointConfig(extract_rules=False, check="off")
+
+
 def _plain(context: StrategyContext[PolicyOptions]) -> CtxfoldPolicy:
-    return CtxfoldPolicy(context.options, context, plain=True)
+    return PlainCtxfoldPolicy(context.options, context)
 
 
 @hookimpl
