@@ -88,7 +88,7 @@ def test_init_writes_a_private_file_that_loads_as_the_defaults(
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert "# The only automatic trigger" in path.read_text()
     loaded = load_config(cwd=project, env={}, user_config_path=project / "none.toml")
-    assert loaded.config == Registry.from_config().resolve_provider(Config())
+    assert loaded.config == Registry.from_config().resolve(Config())
     assert loaded.notices == ()
     assert loaded.sources["agent.compact_ratio"] == f"project file {path}"
 

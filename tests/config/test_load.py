@@ -42,10 +42,22 @@ def test_defaults_when_nothing_is_configured(dirs: dict[str, Path]) -> None:
     loaded = _load(dirs)
     # Nothing configured = the schema's defaults, with what the default provider declares
     # filled into the [provider] values the schema leaves unset.
-    assert loaded.config == Registry.from_config().resolve_provider(Config())
+    assert loaded.config == Registry.from_config().resolve(Config())
     declared = {"provider.model", "provider.context_window", "provider.cache_ttl_minutes"}
     assert {loaded.sources[k] for k in declared} == {"provider default (emulator)"}
-    assert {v for k, v in loaded.sources.items() if k not in declared} == {"default"}
+    # Strategy names left empty are the defaults the plugins declare (the kernel names none).
+    named = {"provider.name", "estimator.name", "pruner.name", "summarizer.name", "store.name",
+             "store.sidecar_format"}
+    assert {k: loaded.sources[k] for k in named} == {
+        "provider.name": "plugin default (builtin:ctxfold.emulator.plugin)",
+        "estimator.name": "plugin default (builtin:ctxfold.plugins.estimators.deepseek)",
+        "pruner.name": "plugin default (builtin:ctxfold.plugins.pruners.head_tail)",
+        "summarizer.name": "plugin default (builtin:ctxfold.plugins.summarizers.llm)",
+        "store.name": "plugin default (builtin:ctxfold.plugins.stores.fs)",
+        "store.sidecar_format": "plugin default (builtin:ctxfold.plugins.sidecar_v3)",
+    }
+    assert (loaded.config.pruner.name, loaded.config.store.sidecar_format) == ("head-tail", "v3")
+    assert {v for k, v in loaded.sources.items() if k not in declared | named} == {"default"}
     assert "agent.compact_ratio" in loaded.sources and "plugins.disabled" in loaded.sources
     assert loaded.notices == () and loaded.files == ()
 
@@ -65,7 +77,7 @@ def test_precedence_of_every_layer(dirs: dict[str, Path]) -> None:
     assert loaded.sources["store.path"] == "env CTXFOLD_STORE_PATH"
     assert loaded.sources["agent.effort"] == f"project file {project}"
     assert loaded.sources["agent.max_output_tokens"] == f"user file {user}"
-    assert loaded.sources["provider.name"] == "default"
+    assert loaded.sources["provider.name"] == "plugin default (builtin:ctxfold.emulator.plugin)"
     assert loaded.files == (user, project)
 
 

@@ -29,6 +29,8 @@ _HELP = {
     "window.",
     "provider.cache_ttl_minutes": "Prompt-cache TTL for resume labelling; 0 = the provider's "
     "documented TTL.",
+    "provider.profile": "The provider the emulator imitates (deepseek | mimo | responses; "
+    "empty = deepseek).",
     "provider.timeout_seconds": "Total time allowed for one request, streaming included.",
     "provider.max_retries": "Retries on 408/409/429/5xx/connection errors.",
     "estimator.name": "heuristic | tiktoken | deepseek | <plugin>",
@@ -43,7 +45,7 @@ _HELP = {
     "store.sidecar_format": "v3 | <plugin>",
     "store.path": "Session directory, relative to the working directory.",
     "store.dsn_env": 'NAME of the environment variable holding the PostgreSQL DSN (store '
-    '"postgres").\n# Never put the DSN itself in this file.',
+    '"postgres"; empty = CTXFOLD_POSTGRES_DSN).\n# Never put the DSN itself in this file.',
     "plugins.disabled": 'Plugins to block, e.g. ["estimators.tiktoken"] or an entry-point '
     "name.",
 }
@@ -166,6 +168,7 @@ def default_config_text() -> str:
     import attrs
 
     from ctxfold.kernel.config import Config
+    from ctxfold.kernel.registry import Registry, strategy_fill
 
     legacy = _legacy_keys()
     lines = [
@@ -174,7 +177,7 @@ def default_config_text() -> str:
         "environment < flags.",
         "# `ctxfold config show` prints the effective values and where each came from.",
     ]
-    config = Config()
+    config = strategy_fill(Config(), Registry.from_config())  # the names plugins declare
     for section in attrs.fields(Config):
         table = getattr(config, section.name)
         lines += ["", f"[{section.name}]"]

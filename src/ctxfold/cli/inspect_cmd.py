@@ -115,7 +115,7 @@ def collect(handle: StoreHandle, session_id: str, *, now: float | None = None
     state, present, error, more = read_state(handle, session_id, canonical)
     notices += more
     view = visible(state, canonical)
-    config = handle.registry.resolve_provider(handle.config)
+    config = handle.registry.resolve(handle.config)
     estimator = handle.registry.create(ESTIMATOR, config.estimator.name, config=config)
     tokens = int(estimator.estimate(RequestShape(view)))
     window = config.provider.context_window

@@ -31,7 +31,6 @@ from ctxfold.config.layers import Layer
 from ctxfold.config.migrate import default_migrations
 from ctxfold.config.strict import (
     SECTIONS,
-    STRATEGY_KEYS,
     WrongType,
     allowed_values,
     parse_text,
@@ -45,7 +44,7 @@ from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
 from ctxfold.kernel.contracts import ConfigMigration
 from ctxfold.kernel.errors import ConfigError, ConfigSyntaxError, PluginError
 from ctxfold.kernel.kinds import KIND_BY_NAME
-from ctxfold.kernel.registry import Registry, provider_fill
+from ctxfold.kernel.registry import STRATEGY_KEYS, Registry, provider_fill, strategy_fill
 from ctxfold.secrets import holds_a_secret_not_a_name, show_value
 
 PROJECT_FILE_NAME = "ctxfold.toml"
@@ -271,7 +270,7 @@ def load_config(
             merged.setdefault(section, {})[name] = layer.data[section][name]
             sources[dotted] = layer.origins.get(dotted, layer.source)
     config = strict_converter().structure(merged, Config)
-    config = _fill_provider(config, sources, registry)
+    config = _fill_defaults(config, sources, registry)
     notices: tuple[str, ...] = (_migration_notice(found, files),) if found else ()
     for key, value, example in (
             ("provider.api_key_env", config.provider.api_key_env, "DEEPSEEK_API_KEY"),
@@ -288,12 +287,14 @@ def load_config(
     return loaded
 
 
-def _fill_provider(config: Config, sources: dict[str, str], registry: Registry | None) -> Config:
-    """``config`` with the ``[provider]`` values it leaves unset taken from the provider's
-    declared defaults; ``sources`` records ``provider default (<name>)`` for each. An unknown
-    provider name is left for :func:`validate_strategy_names` to report."""
+def _fill_defaults(config: Config, sources: dict[str, str], registry: Registry | None) -> Config:
+    """``config`` with the strategy names it leaves empty set to the defaults the plugins
+    declare, and the ``[provider]`` values it leaves unset taken from the provider's declared
+    defaults; ``sources`` records ``plugin default (…)`` / ``provider default (<name>)`` for
+    each. An unknown name is left for :func:`validate_strategy_names` to report."""
     try:
         registry = registry or Registry.from_config(config)
+        config = strategy_fill(config, registry, sources)
         filled = provider_fill(config, registry.provider_defaults(config))
     except PluginError:
         return config

@@ -17,17 +17,8 @@ from ctxfold.config.layers import Layer
 from ctxfold.kernel.codec import strict_primitives
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import ConfigError
+from ctxfold.kernel.registry import STRATEGY_KEYS
 from ctxfold.secrets import show_value
-
-#: Keys naming a strategy, and the registry kind that must know the name.
-STRATEGY_KEYS = {
-    "provider.name": "provider",
-    "estimator.name": "estimator",
-    "pruner.name": "pruner",
-    "summarizer.name": "summarizer",
-    "store.name": "store",
-    "store.sidecar_format": "sidecar_format",
-}
 
 
 def _section_classes() -> dict[str, type]:

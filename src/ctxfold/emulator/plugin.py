@@ -28,6 +28,8 @@ from ctxfold.kernel.kinds import PROVIDER, ProviderOptions, StrategyContext, Str
 from ctxfold.kernel.types import ChatRequest, ChatResponse
 
 PROFILES = tuple(PROVIDER_DEFAULTS)
+#: The profile an empty ``[provider] profile`` selects.
+DEFAULT_PROFILE = "deepseek"
 
 
 @attrs.frozen(kw_only=True)
@@ -87,7 +89,7 @@ class EmulatedProvider:
 
 
 def _profile(config: Config, options: EmulatorOptions) -> str:
-    profile = options.profile or config.provider.profile
+    profile = options.profile or config.provider.profile or DEFAULT_PROFILE
     if profile not in PROFILES:
         raise PluginError(
             f"[provider] profile = {profile!r} is not an emulator profile; "
@@ -98,9 +100,10 @@ def _profile(config: Config, options: EmulatorOptions) -> str:
 
 def defaults(config: Config) -> ProviderDefaults:
     """The emulator declares what the provider it imitates declares (``[provider]
-    profile``), with no base URL or key variable: it starts its own server."""
+    profile``), with no base URL or key variable: it starts its own server, and answers
+    without a model (``loopback``)."""
     declared = PROVIDER_DEFAULTS[_profile(config, EmulatorOptions())]
-    return attrs.evolve(declared, base_url="", api_key_env="")
+    return attrs.evolve(declared, base_url="", api_key_env="", loopback=True)
 
 
 def create(context: StrategyContext[ProviderOptions]) -> EmulatedProvider:
@@ -137,6 +140,7 @@ def ctxfold_providers() -> list[StrategySpec]:
         StrategySpec(
             kind="provider",
             name="emulator",
+            default=True,
             factory=create,
             defaults=defaults,
             description="loopback emulator started in-process (no key, no network)",

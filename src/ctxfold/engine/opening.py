@@ -71,4 +71,4 @@ def create_provider(
     config = config or Config()
     registry = registry or Registry.from_config(config)
     return registry.create(PROVIDER, config.provider.name,
-                           config=registry.resolve_provider(config), options=options)
+                           config=registry.resolve(config), options=options)

@@ -22,7 +22,7 @@ from ctxfold.engine.summarizing import (
     CallableSummarizer,
     SummarizeFn,
     asummarize,
-    refuse_emulator_summaries,
+    refuse_loopback_summaries,
 )
 from ctxfold.interop.coerce import to_messages, to_tools
 from ctxfold.kernel.codec import check_message
@@ -166,13 +166,13 @@ def build_parts(
     summary function. ``tools`` may be :class:`ToolSchema` objects or OpenAI tool dicts."""
     session_id = validate_session_id(session_id)
     registry = registry or Registry.from_config(config)
-    resolved = registry.resolve_provider(config)
+    resolved = registry.resolve(config)
     if summarize is not None:
         if summarizer is not None:
             raise ConfigError("pass either summarizer= or summarize=, not both")
         summarizer = CallableSummarizer(summarize)
     if summarizer is None and provider is None:
-        refuse_emulator_summaries(resolved)
+        refuse_loopback_summaries(resolved, registry)
     own = getattr(provider, "cache_ttl_minutes", 0)  # a provider knows its own cache
     ttl = cache_ttl_minutes or (
         own if not config.provider.cache_ttl_minutes and isinstance(own, int) and own > 0

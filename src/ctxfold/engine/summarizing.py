@@ -17,6 +17,8 @@ from typing import Any
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import AsyncSummarizer, Summarizer
 from ctxfold.kernel.errors import ConfigError, CtxfoldError, SummarizerError
+from ctxfold.kernel.kinds import SUMMARIZER
+from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import SummaryRequest, SummaryResult
 from ctxfold.secrets import redact_text
 
@@ -90,14 +92,17 @@ async def asummarize(summarizer: Summarizer, request: SummaryRequest) -> Summary
     return await asyncio.to_thread(summarizer.summarize, request)
 
 
-def refuse_emulator_summaries(config: Config) -> None:
-    """Fail when checkpoint summaries would silently come from the loopback emulator: the
-    ``llm`` summarizer with the ``emulator`` provider, and no model the host chose."""
-    if config.summarizer.name == "llm" and config.provider.name == "emulator":
+def refuse_loopback_summaries(config: Config, registry: Registry) -> None:
+    """Fail when checkpoint summaries would silently come from a loopback provider (one that
+    declares ``loopback``, like the emulator): a summarizer that calls ``[provider]``, and no
+    model the host chose."""
+    if (registry.get(SUMMARIZER, config.summarizer.name).calls_provider
+            and registry.provider_defaults(config).loopback):
         raise ConfigError(
-            "checkpoint summaries would come from the in-process emulator (the default "
-            "provider) because nothing names a real model: pass summarize=<your function> "
-            "(or provider=...) to open_session, set [provider] name to a real provider, or "
-            "set [summarizer] name = \"extractive\" for offline summaries. To summarize with "
+            f"checkpoint summaries would come from the loopback provider "
+            f"{config.provider.name!r} (the default) because nothing names a real model: pass "
+            "summarize=<your function> (or provider=...) to open_session, set [provider] name "
+            "to a real provider, or set [summarizer] name = \"extractive\" for offline "
+            "summaries. To summarize with "
             "the emulator on purpose (demos, tests), pass provider=ctxfold.create_provider()."
         )

@@ -108,7 +108,7 @@ class ProviderConfig:
     """``[provider]``: which provider plugin talks to which endpoint. Empty/zero values are
     filled in from what the selected provider declares (``ctxfold config show`` tells)."""
 
-    name: str = "emulator"
+    name: str = ""
     model: str = attrs.field(default="", metadata=_allowed("a model id (empty = the provider's)"))
     base_url: str = attrs.field(
         default="", validator=_http_url, metadata=_allowed("empty or an http(s):// URL")
@@ -124,7 +124,7 @@ class ProviderConfig:
         default=0, validator=_non_negative,
         metadata=_allowed("an integer >= 0 (0 = the provider's TTL)"),
     )
-    profile: str = "deepseek"
+    profile: str = ""
     timeout_seconds: float = attrs.field(
         default=600.0, validator=_positive, metadata=_allowed("a number of seconds > 0")
     )
@@ -135,21 +135,21 @@ class ProviderConfig:
 class EstimatorConfig:
     """``[estimator]``: the token estimator strategy."""
 
-    name: str = "deepseek"
+    name: str = ""
 
 
 @attrs.frozen
 class PrunerConfig:
     """``[pruner]``: the pressure pruner strategy."""
 
-    name: str = "head-tail"
+    name: str = ""
 
 
 @attrs.frozen
 class SummarizerConfig:
     """``[summarizer]``: the summarizer strategy (``model`` empty = the provider's model)."""
 
-    name: str = "llm"
+    name: str = ""
     model: str = ""
 
 
@@ -173,11 +173,11 @@ class CheckpointConfig:
 class StoreConfig:
     """``[store]``: where transcripts and sidecars live."""
 
-    name: str = "fs"
+    name: str = ""
     path: str = ".ctxfold/sessions"
-    sidecar_format: str = "v3"
+    sidecar_format: str = ""
     #: NAME of the environment variable holding a database store's DSN (``postgres``).
-    dsn_env: str = "CTXFOLD_POSTGRES_DSN"
+    dsn_env: str = ""
 
 
 @attrs.frozen

@@ -219,7 +219,8 @@ class ProviderDefaults:
     room than that budget (DeepSeek), otherwise the budget is always sent (a ladder).
     ``parse_overflow(status, body)`` recognises a context-overflow error body (``None``: the
     transport's generic parser). ``request_id_headers`` are read, in order, for error
-    messages and receipts.
+    messages and receipts. ``loopback``: answers locally without a model (the emulator), so
+    summaries from it are no model's.
     """
 
     model: str
@@ -232,6 +233,7 @@ class ProviderDefaults:
     parse_overflow: Callable[[int, str], Any] | None = None
     request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
     headers: Mapping[str, str] = attrs.field(factory=dict)
+    loopback: bool = False
 
 
 @runtime_checkable

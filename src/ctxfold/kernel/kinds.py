@@ -71,7 +71,10 @@ class StrategySpec:
     defaults follow another setting. ``source`` is filled in by the registry.
     ``requires`` names the modules the strategy needs beyond ctxfold's own dependencies (an
     optional extra); ``install`` says how to get them. A strategy whose modules are missing
-    stays registered (listed, named in errors) but is not *available*.
+    stays registered (listed, named in errors) but is not *available*. ``default`` marks the
+    strategy an empty name in config selects (one per kind: the built-ins declare theirs, the
+    kernel names none); ``calls_provider`` marks a summarizer whose summaries are requests to
+    ``[provider]``.
     """
 
     kind: str
@@ -82,6 +85,8 @@ class StrategySpec:
     defaults: ProviderDefaults | Callable[[Config], ProviderDefaults] | None = None
     requires: tuple[str, ...] = ()
     install: str = ""
+    default: bool = False
+    calls_provider: bool = False
 
     def missing(self) -> str:
         """Why the strategy cannot be built here ("" when its modules are importable)."""

@@ -104,6 +104,7 @@ class Registry:
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
         self._specs: dict[str, dict[str, StrategySpec]] = {}
+        self._defaults: dict[str, str] = {}
         for kind in KINDS:
             table: dict[str, StrategySpec] = {}
             caller = getattr(pm.hook, kind.hook)
@@ -112,6 +113,15 @@ class Registry:
                 for spec in impl.function() or ():
                     self._add(table, kind.name, spec, source)
             self._specs[kind.name] = table
+            declared = sorted(name for name, spec in table.items() if spec.default)
+            if len(declared) > 1:
+                raise PluginError(
+                    f"{kind.name}s {', '.join(repr(n) for n in declared)} all declare "
+                    f"themselves the default {kind.name} (sources: "
+                    f"{', '.join(table[n].source for n in declared)}); disable one"
+                )
+            if declared:
+                self._defaults[kind.name] = declared[0]
 
     @classmethod
     def from_config(
@@ -164,9 +174,23 @@ class Registry:
         kinds = [_kind_name(kind)] if kind else list(self._specs)
         return [self._specs[k][n] for k in kinds for n in sorted(self._specs.get(k, {}))]
 
-    def get(self, kind: StrategyKind[Any] | str, name: str) -> StrategySpec:
-        """The descriptor ``name`` of ``kind``; unknown names list the available ones."""
+    def default_name(self, kind: StrategyKind[Any] | str) -> str:
+        """The name of the strategy of ``kind`` that declares itself the default (what an
+        empty name in config selects)."""
         kind_name = _kind_name(kind)
+        try:
+            return self._defaults[kind_name]
+        except KeyError:
+            raise PluginError(
+                f"no registered {kind_name} declares itself the default; name one in config "
+                f"(available: {', '.join(self.names(kind_name)) or '(none registered)'})"
+            ) from None
+
+    def get(self, kind: StrategyKind[Any] | str, name: str) -> StrategySpec:
+        """The descriptor ``name`` of ``kind`` (empty: the kind's default); unknown names
+        list the available ones."""
+        kind_name = _kind_name(kind)
+        name = name or self.default_name(kind_name)
         try:
             return self._specs[kind_name][name]
         except KeyError:
@@ -231,14 +255,45 @@ class Registry:
             )
         return resolved
 
-
-    def resolve_provider(self, config: Config) -> Config:
-        """``config`` with every ``[provider]`` value it leaves unset (empty or 0) filled in
-        from what the selected provider declares; explicit values win."""
+    def resolve(self, config: Config) -> Config:
+        """``config`` with every strategy name it leaves empty set to its kind's default and
+        every ``[provider]`` value it leaves unset (empty or 0) filled in from what the selected
+        provider declares; explicit values win."""
+        config = strategy_fill(config, self)
         filled = provider_fill(config, self.provider_defaults(config))
         if not filled:
             return config
         return attrs.evolve(config, provider=attrs.evolve(config.provider, **filled))
+
+
+#: Config keys that name a strategy, and the strategy's kind.
+STRATEGY_KEYS = {
+    "provider.name": "provider", "estimator.name": "estimator", "pruner.name": "pruner",
+    "summarizer.name": "summarizer", "store.name": "store",
+    "store.sidecar_format": "sidecar_format",
+}
+
+
+def strategy_fill(config: Config, registry: Registry,
+                  sources: dict[str, str] | None = None) -> Config:
+    """``config`` with each empty strategy name set to the default its kind's plugins
+    declare; ``sources`` (when given) records ``plugin default (<source>)`` for each."""
+    sections: dict[str, dict[str, str]] = {}
+    for dotted, kind in STRATEGY_KEYS.items():
+        section, _, key = dotted.partition(".")
+        if getattr(getattr(config, section), key):
+            continue
+        try:
+            name = registry.default_name(kind)
+        except PluginError:  # nothing declares one: left empty, named at selection
+            continue
+        sections.setdefault(section, {})[key] = name
+        if sources is not None:
+            sources[dotted] = f"plugin default ({registry.get(kind, name).source})"
+    return attrs.evolve(config, **{
+        section: attrs.evolve(getattr(config, section), **values)
+        for section, values in sections.items()
+    })
 
 
 #: ``[provider]`` keys a provider declares a default for, and the ProviderDefaults field.

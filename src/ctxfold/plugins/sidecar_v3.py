@@ -187,6 +187,7 @@ def ctxfold_sidecar_formats() -> list[StrategySpec]:
         StrategySpec(
             kind="sidecar_format",
             name="v3",
+            default=True,
             factory=_create,
             description="reads sidecar schemas 1-3 (legacy fields ignored), writes schema 3",
         )

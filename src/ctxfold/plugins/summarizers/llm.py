@@ -77,6 +77,7 @@ def ctxfold_summarizers() -> list[StrategySpec]:
         StrategySpec(
             kind="summarizer",
             name="llm",
+            calls_provider=True, default=True,
             factory=_factory,
             description="one request to the configured provider, effort none, no retry",
         )
