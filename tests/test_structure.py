@@ -22,3 +22,36 @@ def test_no_module_is_over_the_limit() -> None:
 
 def test_the_kernel_stays_small() -> None:
     assert sum(lines(p) for p in (SRC / "kernel").glob("*.py")) < KERNEL_LIMIT
+
+
+def _string_literals(path: Path) -> set[str]:
+    """The string constants of a module's code (docstrings left out)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value) for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        and id(node) not in docstrings
+    }
+
+
+def test_the_kernel_names_no_built_in_plugin() -> None:
+    from ctxfold.kernel.registry import Registry, builtin_plugin_modules
+
+    registry = Registry.from_config(load_entry_points=False)
+    builtins = {spec.name for spec in registry.specs() if spec.source.startswith("builtin:")}
+    builtins.discard("ctxfold")  # the replay policy of that name is also the project's name
+    modules = set(builtin_plugin_modules()) | {"ctxfold.plugins"}
+    assert {"head-tail", "v3", "emulator", "ctxfold.plugins.stores.fs"} <= builtins | modules
+    named = {
+        str(p.relative_to(SRC)): sorted(_string_literals(p) & (builtins | modules))
+        for p in (SRC / "kernel").glob("*.py")
+    }
+    assert {module: names for module, names in named.items() if names} == {}

@@ -92,7 +92,7 @@ def test_a_raising_callable_installs_nothing_and_the_receipt_says_why(tmp_path) 
 
 
 def test_a_library_host_never_gets_emulator_summaries_silently(tmp_path) -> None:
-    with pytest.raises(ConfigError, match="summaries would come from the loopback provider .emulator."):
+    with pytest.raises(ConfigError, match="summaries would come from the loopback provider"):
         ctxfold.open_session("s", config=llm_config(tmp_path))
     # Opting in is explicit: the emulator provider passed on purpose.
     with ctxfold.create_provider(llm_config(tmp_path)) as provider:

@@ -1,11 +1,12 @@
 """Plugin manager factory and the strategy registry.
 
-``make_plugin_manager()`` registers the built-ins listed in ``ctxfold.plugins.DEFAULT_PLUGINS``
-(by module name, so the kernel never imports a built-in itself) and the third-party plugins of
-the entry-point group ``ctxfold``. :class:`Registry` gathers every strategy descriptor of every
-kind in :data:`~ctxfold.kernel.kinds.KINDS`, records its source, refuses duplicates, selects
-strategies by the name in config and checks that what a factory returns satisfies its kind's
-protocol. ``Registry.from_config(config)`` is the one way to build it.
+``make_plugin_manager()`` registers the built-ins — the ``DEFAULT_PLUGINS`` of each module of
+the entry-point group ``ctxfold.builtins``, so the kernel names none of them — and the
+third-party plugins of the entry-point group ``ctxfold``. :class:`Registry` gathers every
+strategy descriptor of every kind in :data:`~ctxfold.kernel.kinds.KINDS`, records its source,
+refuses duplicates, selects strategies by the name in config (an empty name: the kind's
+declared default) and checks that what a factory returns satisfies its kind's protocol.
+``Registry.from_config(config)`` is the one way to build it.
 """
 
 from __future__ import annotations
@@ -33,13 +34,28 @@ from ctxfold.kernel.kinds import (
 P = TypeVar("P")
 
 ENTRY_POINT_GROUP = "ctxfold"
-BUILTIN_PLUGINS_MODULE = "ctxfold.plugins"
+BUILTINS_GROUP = "ctxfold.builtins"
 
 
-def builtin_plugin_modules() -> list[str]:
-    """Module names of the built-in plugins (``ctxfold.plugins.DEFAULT_PLUGINS``)."""
-    module = importlib.import_module(BUILTIN_PLUGINS_MODULE)
-    return list(module.DEFAULT_PLUGINS)
+def _builtin_packages() -> list[Any]:
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=BUILTINS_GROUP), key=lambda ep: ep.name)
+    if not found:
+        raise PluginError(f"no entry point of group {BUILTINS_GROUP!r}: ctxfold's built-in "
+                          "plugins are not installed (pip install ctxfold, or -e . in a checkout)")
+    return [ep.load() for ep in found]
+
+
+def builtin_plugin_modules() -> dict[str, set[str]]:
+    """Module names of the built-in plugins (``DEFAULT_PLUGINS`` of each package of the
+    entry-point group ``ctxfold.builtins``, in order), each with the names ``[plugins]
+    disabled`` may use for it: the module name, or the name relative to its package
+    (``estimators.heuristic``)."""
+    return {
+        module: {module, module.removeprefix(package.__name__ + ".")}
+        for package in _builtin_packages() for module in package.DEFAULT_PLUGINS
+    }
 
 
 def make_plugin_manager(
@@ -59,9 +75,9 @@ def make_plugin_manager(
     blocked = set(disabled)
     for name in blocked:
         pm.set_blocked(name)
-        pm.set_blocked(f"{BUILTIN_PLUGINS_MODULE}.{name}")
-    for module_name in builtin_plugin_modules():
-        if pm.is_blocked(module_name):
+    for module_name, names in builtin_plugin_modules().items():
+        if names & blocked:
+            pm.set_blocked(module_name)
             continue
         pm.register(importlib.import_module(module_name), name=module_name)
     if load_entry_points:
@@ -83,9 +99,8 @@ def unknown_disabled(disabled: Iterable[str]) -> list[str]:
     from importlib.metadata import entry_points
 
     known = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    for module in builtin_plugin_modules():
-        known.add(module)
-        known.add(module.removeprefix(BUILTIN_PLUGINS_MODULE + "."))
+    for names in builtin_plugin_modules().values():
+        known |= names
     return [name for name in disabled if name not in known]
 
 
