@@ -26,12 +26,13 @@ _ERRORS = (
     "ProviderRequestError",
 )
 _KINDS = (
-    "StrategySpec", "StrategyContext", "NoOptions", "EstimatorOptions", "StoreOptions",
+    "StrategySpec", "StrategyContext", "ProviderDefaults", "NoOptions", "EstimatorOptions",
+    "StoreOptions",
     "ProviderOptions", "SummarizerOptions", "ImporterOptions", "PolicyOptions",
 )
 _CONTRACTS = (
     "Estimator", "IncrementalEstimator", "Pruner", "Summarizer", "AsyncSummarizer", "Store",
-    "SidecarCodec", "ProviderDefaults", "Provider", "AsyncProvider", "StreamAssembler",
+    "SidecarCodec", "Provider", "AsyncProvider", "StreamAssembler",
     "Translator", "ConfigMigration", "Importer", "Policy",
 )
 _EXPORTS = {
@@ -62,9 +63,9 @@ _EXPORTS = {
     "RequestShape": "ctxfold.kernel.types",
     "TextStats": "ctxfold.kernel.types",
     "SseEvent": "ctxfold.kernel.types",
-    "ImportedSession": "ctxfold.kernel.types",
-    "PolicyRequest": "ctxfold.kernel.types",
-    "SummaryCall": "ctxfold.kernel.types",
+    "ImportedSession": "ctxfold.kernel.sessions",
+    "PolicyRequest": "ctxfold.kernel.sessions",
+    "SummaryCall": "ctxfold.kernel.sessions",
     "Appended": "ctxfold.kernel.types",
     # writing plugins: the hook marker, descriptors, contexts, typed options, protocols
     "hookimpl": "ctxfold.kernel.hookspecs",
@@ -109,7 +110,6 @@ if TYPE_CHECKING:  # pragma: no cover
         IncrementalEstimator,
         Policy,
         Provider,
-        ProviderDefaults,
         Pruner,
         SidecarCodec,
         Store,
@@ -152,6 +152,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ImporterOptions,
         NoOptions,
         PolicyOptions,
+        ProviderDefaults,
         ProviderOptions,
         StoreOptions,
         StrategyContext,
@@ -159,17 +160,15 @@ if TYPE_CHECKING:  # pragma: no cover
         SummarizerOptions,
     )
     from ctxfold.kernel.registry import Registry
+    from ctxfold.kernel.sessions import ImportedSession, PolicyRequest, SummaryCall
     from ctxfold.kernel.state import CacheState, Projection, Receipt, SidecarState
     from ctxfold.kernel.types import (
         Appended,
         ChatRequest,
         ChatResponse,
-        ImportedSession,
         Message,
-        PolicyRequest,
         RequestShape,
         SseEvent,
-        SummaryCall,
         SummaryRequest,
         SummaryResult,
         TextStats,

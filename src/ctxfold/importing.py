@@ -4,7 +4,7 @@ An importer is registered with ``StrategySpec(kind="importer", name=..., factory
 from the ``ctxfold_importers`` hook. Its factory returns an
 :class:`~ctxfold.kernel.contracts.Importer`: a ``name``, a cheap ``sniff(path)`` (file name,
 first/last bytes, directory layout; never a full parse) and ``load(path)`` returning an
-:class:`~ctxfold.kernel.types.ImportedSession` of canonical messages.
+:class:`~ctxfold.kernel.sessions.ImportedSession` of canonical messages.
 
 :func:`import_session` is the one entry point the CLI (``estimate``, ``replay``) and the
 benchmarks use: it auto-detects the format (each importer's ``sniff``, in ``priority``
@@ -22,7 +22,8 @@ from ctxfold.kernel.contracts import Importer
 from ctxfold.kernel.errors import CtxfoldError, ImporterError
 from ctxfold.kernel.kinds import IMPORTER, ImporterOptions
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import ImportedSession, Message, ToolSchema, Usage
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Message, ToolSchema, Usage
 
 __all__ = [
     "DEFAULT_PRIORITY",

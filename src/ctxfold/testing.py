@@ -35,7 +35,8 @@ from ctxfold.kernel.config import (
     StoreConfig,
     SummarizerConfig,
 )
-from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.plugin_manager import make_plugin_manager
+from ctxfold.kernel.registry import Registry
 
 #: The environment variable the emulator-backed provider configs read their key from.
 EMULATOR_KEY_ENV = "CTXFOLD_EMULATOR_KEY"

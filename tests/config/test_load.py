@@ -13,7 +13,8 @@ from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
 from ctxfold.kernel.errors import ConfigError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategySpec
-from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.plugin_manager import make_plugin_manager
+from ctxfold.kernel.registry import Registry
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

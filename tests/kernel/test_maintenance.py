@@ -16,7 +16,7 @@ from ctxfold.engine import driving
 from ctxfold.kernel import maintenance
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.errors import CompactionRequiredError, ProviderError, SummaryFailedError
-from ctxfold.kernel.operations import RESYNC, Latches, MaintenanceContext, PrepareAction
+from ctxfold.kernel.outcome import RESYNC, Latches, MaintenanceContext, PrepareAction
 from ctxfold.kernel.state import ReceiptStatus, SidecarState
 from ctxfold.kernel.types import (
     Message,

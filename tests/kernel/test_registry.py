@@ -8,7 +8,8 @@ from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions, StrategySpec
-from ctxfold.kernel.registry import Registry, make_plugin_manager
+from ctxfold.kernel.plugin_manager import make_plugin_manager
+from ctxfold.kernel.registry import Registry
 from ctxfold.plugins import DEFAULT_PLUGINS
 
 

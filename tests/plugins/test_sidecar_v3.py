@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ctxfold.engine.sidecar import dumps_state
 from ctxfold.kernel.codec import message_from_dict
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.sidecar import dumps_state
 from ctxfold.kernel.state import (
     CacheState,
     Projection,
@@ -160,7 +160,7 @@ def test_v3_with_legacy_fields(codec: SidecarV3Codec) -> None:
 
 
 def test_v3_promoted_decodes_verbatim(codec: SidecarV3Codec) -> None:
-    # The codec does not judge hashes; kernel.sidecar applies the promoted rule.
+    # The codec does not judge hashes; engine.sidecar applies the promoted rule.
     state = codec.decode(fixture("v3_promoted.json"))
     assert state.projection is not None
     assert state.projection.covered_prefix_hash == PROMOTED_HASH

@@ -16,7 +16,8 @@ from ctxfold.emulator.cache import PrefixCache
 from ctxfold.emulator.tokens import ASSISTANT, BOS, EOS, USER, encode_segments, request_segments
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import ImportedSession, Message, RequestShape, Usage
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Message, RequestShape, Usage
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.replay import DEFAULT_RESERVE_OUTPUT, ReplaySettings, replay_sessions
 from ctxfold.replay.demo import DEMO_WINDOW, demo_session
@@ -121,7 +122,7 @@ class _Vandal:
         self.seen.append(message)
 
     def request(self) -> Any:
-        from ctxfold.kernel.types import PolicyRequest
+        from ctxfold.kernel.sessions import PolicyRequest
 
         edited = [Message(role=m.role, content=m.content + "!") if m.role == "user" else m
                   for m in self.seen]
@@ -192,7 +193,8 @@ class _BigSummary:
         self.seen.append(message)
 
     def request(self) -> Any:
-        from ctxfold.kernel.types import PolicyRequest, SummaryCall, SummaryRequest
+        from ctxfold.kernel.sessions import PolicyRequest, SummaryCall
+        from ctxfold.kernel.types import SummaryRequest
 
         huge = SummaryRequest(messages=(Message(role="user", content="z" * 5000),), tools=(),
                               max_tokens=100)

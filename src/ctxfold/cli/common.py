@@ -106,7 +106,8 @@ def load_registry(args: argparse.Namespace, *, validate: bool = True) -> Registr
     import sys
 
     from ctxfold.config.load import validate_strategy_names
-    from ctxfold.kernel.registry import Registry, unknown_disabled
+    from ctxfold.kernel.plugin_manager import unknown_disabled
+    from ctxfold.kernel.registry import Registry
 
     loaded = load_cli_config(args)
     disabled = loaded.config.plugins.disabled

@@ -70,9 +70,9 @@ def read_canonical(handle: StoreHandle, session_id: str) -> tuple[list[Message],
 def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message]
                ) -> tuple[SidecarState, bool, str, list[str]]:
     """Decode and validate the sidecar without writing; (state, present, error, notices)."""
+    from ctxfold.engine.sidecar import fresh_state, validate_projection
     from ctxfold.kernel.errors import CtxfoldError, SidecarVersionError
     from ctxfold.kernel.kinds import SIDECAR_FORMAT
-    from ctxfold.kernel.sidecar import fresh_state, validate_projection
 
     try:
         raw = handle.store.read_sidecar(session_id)

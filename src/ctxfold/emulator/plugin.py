@@ -21,10 +21,16 @@ from ctxfold.emulator.profiles import PROVIDER_DEFAULTS
 from ctxfold.emulator.script import ReplySpec
 from ctxfold.emulator.server import Emulator
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import AsyncProvider, Provider, ProviderDefaults
+from ctxfold.kernel.contracts import AsyncProvider, Provider
 from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import PROVIDER, ProviderOptions, StrategyContext, StrategySpec
+from ctxfold.kernel.kinds import (
+    PROVIDER,
+    ProviderDefaults,
+    ProviderOptions,
+    StrategyContext,
+    StrategySpec,
+)
 from ctxfold.kernel.types import ChatRequest, ChatResponse
 
 PROFILES = tuple(PROVIDER_DEFAULTS)

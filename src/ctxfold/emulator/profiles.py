@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import attrs
 
-from ctxfold.kernel.contracts import ProviderDefaults
 from ctxfold.kernel.errors import ConfigError
+from ctxfold.kernel.kinds import ProviderDefaults
 from ctxfold.plugins.providers import deepseek, mimo, responses
 
 #: What each imitated provider's plugin declares (model, window, cache TTL, output budget).

@@ -1,7 +1,7 @@
 """Running a maintenance generator (``ctxfold.kernel.maintenance.maintain``) to its end.
 
 The generator yields a :class:`~ctxfold.kernel.types.SummaryRequest` when it needs a summary
-and :data:`~ctxfold.kernel.operations.RESYNC` when a lost compare-and-swap means the
+and :data:`~ctxfold.kernel.outcome.RESYNC` when a lost compare-and-swap means the
 transcript must be re-read; :func:`drive` answers with a synchronous summarizer,
 :func:`adrive` with an awaitable one, so both faces of ``prepare()`` share one logic.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from ctxfold.kernel.errors import CtxfoldError
-from ctxfold.kernel.operations import RESYNC, Maintenance, Outcome
+from ctxfold.kernel.outcome import RESYNC, Maintenance, Outcome
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
 
 

@@ -44,7 +44,7 @@ from ctxfold.interop.usage import usage_from
 from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
-from ctxfold.kernel.operations import Latches, MaintenanceContext, Outcome, PrepareAction
+from ctxfold.kernel.outcome import Latches, MaintenanceContext, Outcome, PrepareAction
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
     ChatRequest,

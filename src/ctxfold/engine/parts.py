@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from ctxfold.capabilities.bounding import bound_new_message
+from ctxfold.engine.sidecar import load_sidecar, sidecar_bytes
 from ctxfold.engine.summarizing import (
     CallableSummarizer,
     SummarizeFn,
@@ -25,7 +26,6 @@ from ctxfold.engine.summarizing import (
     refuse_loopback_summaries,
 )
 from ctxfold.interop.coerce import to_messages, to_tools
-from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, SidecarCodec, Store, Summarizer
@@ -40,9 +40,9 @@ from ctxfold.kernel.kinds import (
     SummarizerOptions,
 )
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.sidecar import load_sidecar, sidecar_bytes
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
+from ctxfold.message_checks import check_message
 from ctxfold.session_id import validate_session_id
 
 

@@ -11,7 +11,7 @@ import attrs
 from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Estimator
-from ctxfold.kernel.operations import Outcome, PrepareAction
+from ctxfold.kernel.outcome import Outcome, PrepareAction
 from ctxfold.kernel.state import CacheState, Projection, label_cache
 from ctxfold.kernel.types import Message, RequestShape, ToolSchema, Usage, parse_time
 

@@ -19,9 +19,9 @@ from the transcript.
 
 from __future__ import annotations
 
+from ctxfold.engine.sidecar import validate_projection
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.contracts import Store
-from ctxfold.kernel.sidecar import validate_projection
 from ctxfold.kernel.types import Appended, Message
 
 

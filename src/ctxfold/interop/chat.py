@@ -15,9 +15,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema
+from ctxfold.message_checks import check_message
 
 #: Top-level keys of a chat message that map to a :class:`Message` field.
 KNOWN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name",

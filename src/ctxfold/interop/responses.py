@@ -27,9 +27,9 @@ from typing import Any, cast
 import attrs
 
 from ctxfold.interop.chat import dumps, function_fields, tool_schema_from_openai
-from ctxfold.kernel.codec import check_message
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema
+from ctxfold.message_checks import check_message
 
 CHAT_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_file",

@@ -9,21 +9,18 @@ options, the table of kinds) is :mod:`ctxfold.kernel.kinds`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import attrs
-
+from ctxfold.kernel.sessions import ImportedSession, PolicyRequest
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
     Appended,
     ChatRequest,
     ChatResponse,
-    ImportedSession,
     Message,
     PinBlock,
-    PolicyRequest,
     RequestShape,
     Review,
     SseEvent,
@@ -145,7 +142,6 @@ class Store(Protocol):
     """
 
     def exists(self, session_id: str) -> bool: ...
-
     def create(self, session_id: str) -> None: ...
 
     def load(self, session_id: str, *, repair: bool = True) -> list[Message]:
@@ -163,7 +159,6 @@ class Store(Protocol):
         ...
 
     def read_sidecar(self, session_id: str) -> bytes | None: ...
-
     def write_sidecar(self, session_id: str, data: bytes) -> None: ...
 
     def replace_sidecar(self, session_id: str, data: bytes, expected: bytes | None) -> bool:
@@ -173,15 +168,10 @@ class Store(Protocol):
         ...
 
     def discard_sidecar(self, session_id: str, reason: str) -> None: ...
-
     def last_activity(self, session_id: str) -> float | None: ...
-
     def list_sessions(self) -> list[str]: ...
-
     def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None: ...
-
     def rewind(self, session_id: str, upto: int) -> None: ...
-
     def delete(self, session_id: str) -> None: ...
 
 
@@ -200,40 +190,6 @@ class SidecarCodec(Protocol):
 
 
 # -- provider ----------------------------------------------------------------------------------
-
-
-#: Tokens a provider spends on output when a request leaves the budget to it, by effort.
-OutputBudget = Callable[[str], int]
-
-
-def _no_budget(_effort: str) -> int:
-    return 0
-
-
-@attrs.frozen(kw_only=True)
-class ProviderDefaults:
-    """What a provider declares for settings ``[provider]`` leaves unset.
-
-    ``output_budget(effort)`` is the output the provider uses when ``max_output_tokens`` is
-    0; with ``omit_output_field`` the request omits the field unless the window leaves less
-    room than that budget (DeepSeek), otherwise the budget is always sent (a ladder).
-    ``parse_overflow(status, body)`` recognises a context-overflow error body (``None``: the
-    transport's generic parser). ``request_id_headers`` are read, in order, for error
-    messages and receipts. ``loopback``: answers locally without a model (the emulator), so
-    summaries from it are no model's.
-    """
-
-    model: str
-    context_window: int
-    cache_ttl_minutes: int = 24 * 60
-    base_url: str = ""
-    api_key_env: str = ""
-    output_budget: OutputBudget = _no_budget
-    omit_output_field: bool = False
-    parse_overflow: Callable[[int, str], Any] | None = None
-    request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
-    headers: Mapping[str, str] = attrs.field(factory=dict)
-    loopback: bool = False
 
 
 @runtime_checkable
@@ -326,7 +282,7 @@ class Importer(Protocol):
         ...
 
     def load(self, path: Path) -> ImportedSession:
-        """Read ``path`` into an :class:`~ctxfold.kernel.types.ImportedSession`."""
+        """Read ``path`` into an :class:`~ctxfold.kernel.sessions.ImportedSession`."""
         ...
 
 
@@ -347,6 +303,3 @@ class Policy(Protocol):
     def canonical(self) -> tuple[Message, ...] | None:
         """The canonical transcript the policy keeps, ``None`` if it keeps none of its own."""
         ...
-
-
-# -- what factories receive --------------------------------------------------------------------

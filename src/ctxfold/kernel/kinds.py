@@ -24,7 +24,6 @@ from ctxfold.kernel.contracts import (
     Importer,
     Policy,
     Provider,
-    ProviderDefaults,
     Pruner,
     SidecarCodec,
     Store,
@@ -34,6 +33,40 @@ from ctxfold.kernel.types import ToolSchema
 
 OptionsT = TypeVar("OptionsT")
 P = TypeVar("P")
+
+
+#: Tokens a provider spends on output when a request leaves the budget to it, by effort.
+OutputBudget = Callable[[str], int]
+
+
+def _no_budget(_effort: str) -> int:
+    return 0
+
+
+@attrs.frozen(kw_only=True)
+class ProviderDefaults:
+    """What a provider declares for settings ``[provider]`` leaves unset.
+
+    ``output_budget(effort)`` is the output the provider uses when ``max_output_tokens`` is
+    0; with ``omit_output_field`` the request omits the field unless the window leaves less
+    room than that budget (DeepSeek), otherwise the budget is always sent (a ladder).
+    ``parse_overflow(status, body)`` recognises a context-overflow error body (``None``: the
+    transport's generic parser). ``request_id_headers`` are read, in order, for error
+    messages and receipts. ``loopback``: answers locally without a model (the emulator), so
+    summaries from it are no model's.
+    """
+
+    model: str
+    context_window: int
+    cache_ttl_minutes: int = 24 * 60
+    base_url: str = ""
+    api_key_env: str = ""
+    output_budget: OutputBudget = _no_budget
+    omit_output_field: bool = False
+    parse_overflow: Callable[[int, str], Any] | None = None
+    request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    loopback: bool = False
 
 
 class Strategies(Protocol):

@@ -17,13 +17,8 @@ from __future__ import annotations
 import attrs
 
 from ctxfold.kernel.errors import CompactionRequiredError, CtxfoldError
-from ctxfold.kernel.operations import (
-    ABOVE_TRIGGER,
-    FoldResult,
-    Maintenance,
-    MaintenanceContext,
-    Run,
-)
+from ctxfold.kernel.operations import ABOVE_TRIGGER, Run
+from ctxfold.kernel.outcome import FoldResult, Maintenance, MaintenanceContext
 from ctxfold.kernel.state import ReceiptAction, ReceiptStatus
 from ctxfold.kernel.types import Message, Trigger
 

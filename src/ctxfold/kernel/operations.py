@@ -1,7 +1,7 @@
 """One maintenance run's operations: prune, fold, install, receipt (SPEC §3.2–§3.4).
 
-The state of one ``prepare()`` (:class:`Run`) and the values it starts from and ends with
-(:class:`MaintenanceContext`, :class:`Outcome`). The decisions — which operation when — are
+The state of one ``prepare()`` (:class:`Run`); the values it starts from and ends with are
+:mod:`ctxfold.kernel.outcome`. The decisions — which operation when — are
 :func:`ctxfold.kernel.maintenance.maintain`. Operations that need the outside world are
 generators: a summary is a yielded :class:`~ctxfold.kernel.types.SummaryRequest`, a re-read
 of the transcript after a lost compare-and-swap a yielded :data:`RESYNC`.
@@ -9,26 +9,30 @@ of the transcript after a lost compare-and-swap a yielded :data:`RESYNC`.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 
 import attrs
 
 from ctxfold.kernel import checkpoint, fold
-from ctxfold.kernel.commit import Capture, Committer, blocked_receipt
-from ctxfold.kernel.contracts import CheckpointReview, Estimator, Pruner
+from ctxfold.kernel.commit import Capture, blocked_receipt
 from ctxfold.kernel.errors import CtxfoldError, StaleContextError, SummaryFailedError
 from ctxfold.kernel.fingerprint import content_hash, fingerprint
+from ctxfold.kernel.outcome import (
+    RESYNC,
+    FoldResult,
+    MaintenanceContext,
+    Outcome,
+    PrepareAction,
+    Pruned,
+    Step,
+)
 from ctxfold.kernel.state import Receipt, ReceiptAction, ReceiptStatus
 from ctxfold.kernel.summary import validate_summary_result
 from ctxfold.kernel.types import (
     Message,
     RequestShape,
     Review,
-    SummaryRequest,
     SummaryResult,
-    ToolSchema,
-    Trigger,
 )
 from ctxfold.kernel.view import input_hash, visible_view
 
@@ -51,105 +55,6 @@ def checked(reviewed: Review | None) -> str:
         return ""
     return (f"probes {reviewed.before:.2f} -> {reviewed.after:.2f}, "
             f"{len(reviewed.repaired)} repaired")
-
-
-class Resync(enum.Enum):
-    """The step that asks the driver to re-read the transcript after a lost CAS."""
-
-    RESYNC = "resync"
-
-
-RESYNC = Resync.RESYNC
-
-
-class PrepareAction(enum.StrEnum):
-    """What a ``prepare()`` did: nothing, the last install (prune/summary), or an attempt
-    that left a receipt but installed nothing (blocked/failed/noop)."""
-
-    NONE = "none"
-    PRUNE = "prune"
-    SUMMARY = "summary"
-    BLOCKED = "blocked"
-    FAILED = "failed"
-    NOOP = "noop"
-
-
-class FoldResult(enum.Enum):
-    """How one summary fold ended."""
-
-    INSTALLED = "installed"
-    NOTHING = "nothing to fold"
-    FAILED = "summary failed"
-    REJECTED = "candidate rejected"
-    STALE = "lost the compare-and-swap"
-
-
-@attrs.frozen
-class Latches:
-    """Runtime-only guards (never persisted): the stuck latch and the per-turn guards."""
-
-    stuck_hash: str = ""
-    failed_turn: int = -1
-    summary_turn: int = -1
-
-    def cleared(self) -> Latches:
-        """After maintenance got the request under the trigger (the summary turn stays)."""
-        return Latches(summary_turn=self.summary_turn)
-
-
-@attrs.frozen
-class MaintenanceContext:
-    """Everything one ``prepare()`` works from. ``canonical`` is read, never mutated."""
-
-    session_id: str
-    trigger: Trigger
-    focus: str | None
-    window: int
-    trigger_tokens: int
-    turn: int
-    latches: Latches
-    tools: tuple[ToolSchema, ...]
-    canonical: Sequence[Message]
-    estimator: Estimator
-    pruner: Pruner
-    committer: Committer
-    count: Callable[[Message], int]
-    #: Pins and the summary check (``None``: a checkpoint is head + summary + tail only).
-    review: CheckpointReview | None = None
-
-    @property
-    def hard_ceiling(self) -> int:
-        """``window − 256``: the protocol reserve (SPEC §2)."""
-        return self.window - fold.PROTOCOL_RESERVE
-
-
-@attrs.frozen
-class Outcome:
-    """What ``prepare()`` ends with. ``canonical`` is the re-read transcript when a lost
-    CAS made maintenance re-read it (``None`` otherwise); ``error`` is raised by the engine
-    after it applied the rest (latches, transcript)."""
-
-    view: list[Message]
-    tokens: int
-    action: PrepareAction
-    summary_calls: int
-    pruned: bool
-    latches: Latches
-    canonical: Sequence[Message] | None = None
-    error: CtxfoldError | None = None
-
-
-@attrs.frozen
-class Pruned:
-    """A pruned view not yet installed: its messages, how many results it cut, its size."""
-
-    view: list[Message]
-    affected: int
-    tokens: int
-
-
-Step = SummaryRequest | Resync
-Maintenance = Generator[Step, object, Outcome]
 
 
 class Run:

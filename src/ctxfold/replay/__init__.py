@@ -68,7 +68,7 @@ def replay_sessions(sessions: Sequence[object], settings: ReplaySettings, *,
                     on_step: Callable[[], None] | None = None,
                     on_session: Callable[[int, SessionResult], None] | None = None,
                     ) -> list[SessionResult]:
-    """Replay already imported sessions (:class:`~ctxfold.kernel.types.ImportedSession`);
+    """Replay already imported sessions (:class:`~ctxfold.kernel.sessions.ImportedSession`);
     ``on_step`` is called after every recorded request, ``on_session`` after every session."""
     cfg = config if isinstance(config, Config) else Config()
     reg = registry if isinstance(registry, Registry) else Registry.from_config(cfg)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import random
 
-from ctxfold.kernel.types import ImportedSession, Message, ToolCall, ToolSchema
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Message, ToolCall, ToolSchema
 
 #: The window the demo replays with: small enough that every policy has to maintain.
 DEMO_WINDOW = 64_000

@@ -24,8 +24,9 @@ from ctxfold.kernel.contracts import Estimator, Policy, Summarizer
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.kernel.kinds import POLICY, PolicyOptions
 from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.sessions import ImportedSession, PolicyRequest
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import ImportedSession, Message, PolicyRequest, ToolSchema
+from ctxfold.kernel.types import Message, ToolSchema
 from ctxfold.replay.billing import Biller, make_cache, token_source_for, unlimited_cost
 from ctxfold.replay.fidelity import FidelitySummary
 from ctxfold.replay.pricing import Price

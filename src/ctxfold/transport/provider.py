@@ -29,9 +29,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ctxfold.kernel.contracts import ProviderDefaults, StreamAssembler, Translator
+from ctxfold.kernel.contracts import StreamAssembler, Translator
 from ctxfold.kernel.errors import PluginError, ProviderError
-from ctxfold.kernel.kinds import ProviderOptions, StrategyContext
+from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyContext
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message
 from ctxfold.transport.errors import ResponseDropped
 from ctxfold.transport.retry import calculate_retry_timeout

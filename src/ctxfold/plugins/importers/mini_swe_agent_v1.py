@@ -24,7 +24,8 @@ from pathlib import Path
 from ctxfold.importing import SessionBuilder
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
-from ctxfold.kernel.types import ImportedSession, Message, ToolCall
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.plugins.importers._common import (
     dig,
     load_json,

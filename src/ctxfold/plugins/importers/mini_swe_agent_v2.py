@@ -21,7 +21,8 @@ from pathlib import Path
 from ctxfold.importing import SessionBuilder, importer_error
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import ImporterOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.types import ImportedSession, Message
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Message
 from ctxfold.plugins.importers._common import (
     dig,
     load_json,

@@ -18,7 +18,8 @@ from ctxfold.kernel.codec import message_from_dict
 from ctxfold.kernel.errors import ImporterError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
-from ctxfold.kernel.types import ImportedSession, Message
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Message
 from ctxfold.plugins.importers._common import (
     first_non_space,
     head_lines,

@@ -14,7 +14,7 @@ from ctxfold.importing import SessionBuilder
 from ctxfold.interop.chat import tool_schema_from_openai
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
-from ctxfold.kernel.types import ImportedSession
+from ctxfold.kernel.sessions import ImportedSession
 from ctxfold.plugins.importers._common import (
     dig,
     first_non_space,

@@ -32,7 +32,8 @@ from ctxfold.importing import SessionBuilder
 from ctxfold.interop.chat import tool_schema_from_openai
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
-from ctxfold.kernel.types import ImportedSession, Message, ToolCall, Usage
+from ctxfold.kernel.sessions import ImportedSession
+from ctxfold.kernel.types import Message, ToolCall, Usage
 from ctxfold.plugins.importers._common import (
     as_int,
     dig,

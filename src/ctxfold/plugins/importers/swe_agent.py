@@ -15,7 +15,7 @@ from typing import Any
 from ctxfold.importing import SessionBuilder
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
-from ctxfold.kernel.types import ImportedSession
+from ctxfold.kernel.sessions import ImportedSession
 from ctxfold.plugins.importers._common import (
     dig,
     first_non_space,

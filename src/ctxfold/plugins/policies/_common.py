@@ -18,8 +18,9 @@ import attrs
 
 from ctxfold.kernel.errors import MaintenanceError, PluginError, PolicyFailedError
 from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.sessions import SummaryCall
 from ctxfold.kernel.summary import build_summary_request, validate_summary_result, wrap_summary
-from ctxfold.kernel.types import Message, RequestShape, SummaryCall, SummaryRequest
+from ctxfold.kernel.types import Message, RequestShape, SummaryRequest
 
 #: The window peer constants (Codex, opencode) were tuned for: a 200K-token model (Claude
 #: Sonnet / GPT-4.1 class). peers.md does not state it; this is the documented assumption of

@@ -23,8 +23,9 @@ import attrs
 
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
+from ctxfold.kernel.sessions import PolicyRequest
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import Message, PolicyRequest
+from ctxfold.kernel.types import Message
 from ctxfold.plugins.policies._common import BasePolicy, first_system, scaled
 
 TRIGGER_RATIO = 0.90

@@ -24,7 +24,8 @@ from ctxfold.kernel.errors import MaintenanceError, PolicyFailedError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, PolicyRequest, SummaryCall, SummaryRequest, SummaryResult
+from ctxfold.kernel.sessions import PolicyRequest, SummaryCall
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
 from ctxfold.plugins.policies._common import with_target
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")

@@ -16,7 +16,7 @@ import attrs
 
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.types import PolicyRequest
+from ctxfold.kernel.sessions import PolicyRequest
 from ctxfold.plugins.policies._common import BasePolicy, constants
 
 #: Tool results kept verbatim (the paper's window M = 10).

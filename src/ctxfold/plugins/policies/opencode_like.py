@@ -26,8 +26,9 @@ import attrs
 
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
+from ctxfold.kernel.sessions import PolicyRequest, SummaryCall
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import Message, PolicyRequest, SummaryCall
+from ctxfold.kernel.types import Message
 from ctxfold.plugins.policies._common import BasePolicy, first_system, scaled
 
 PRUNE_PROTECT = 40_000

@@ -24,8 +24,9 @@ import attrs
 
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
+from ctxfold.kernel.sessions import PolicyRequest
 from ctxfold.kernel.summary import summary_instruction, summary_output_cap
-from ctxfold.kernel.types import Message, PolicyRequest, SummaryRequest
+from ctxfold.kernel.types import Message, SummaryRequest
 from ctxfold.plugins.policies._common import BasePolicy, constants
 
 KEEP_FIRST = 4

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.types import PolicyRequest
+from ctxfold.kernel.sessions import PolicyRequest
 from ctxfold.plugins.policies._common import BasePolicy, first_system, rounds
 
 

@@ -13,8 +13,8 @@ from typing import Any
 from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
 from ctxfold.interop.responses import part_to_chat
 from ctxfold.interop.usage import chat_usage
-from ctxfold.kernel.codec import repaired_message
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
+from ctxfold.message_checks import repaired_message
 from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
 
 

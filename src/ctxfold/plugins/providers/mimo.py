@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxfold.kernel.contracts import ProviderDefaults
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import ProviderOptions, StrategyContext, StrategySpec
+from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import ChatRequest
 from ctxfold.plugins.providers._chat import ChatCompletionsTranslator
 from ctxfold.transport.provider import (

@@ -29,11 +29,10 @@ from typing import Any
 
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.interop.usage import responses_usage
-from ctxfold.kernel.codec import repaired_message
-from ctxfold.kernel.contracts import ProviderDefaults
 from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import ProviderOptions, StrategyContext, StrategySpec
+from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
+from ctxfold.message_checks import repaired_message
 from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
 from ctxfold.transport.provider import (
     HttpProvider,

@@ -16,15 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ctxfold.kernel.codec import (
-    SURROGATE_ESCAPE,
-    dumps_message,
-    message_from_dict,
-    message_to_dict,
-    repaired_message,
-)
+from ctxfold.kernel.codec import dumps_message, message_from_dict, message_to_dict
 from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import Message
+from ctxfold.message_checks import SURROGATE_ESCAPE, repaired_message
 
 
 def encode_message(message: Message) -> str:
@@ -116,7 +111,7 @@ def _parse_body(body: bytes) -> tuple[list[Message], list[tuple[int, int] | None
     """Parse complete lines (``body`` ends with a newline): the messages and each line's
     batch place; raises :class:`_BadLine`. A text holding an escaped lone surrogate (written
     before they were refused) is repaired in memory
-    (:func:`~ctxfold.kernel.codec.repaired_message`); the file is not changed."""
+    (:func:`~ctxfold.message_checks.repaired_message`); the file is not changed."""
     messages, places = _parse_lines(body)
     if SURROGATE_ESCAPE.search(body):
         messages = [repaired_message(m) for m in messages]

@@ -16,8 +16,9 @@ from typing import Any
 from ctxfold.interop.chat import message_from_openai, message_to_openai
 from ctxfold.kernel.errors import CtxfoldError, MaintenanceError, PolicyFailedError
 from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold.kernel.sessions import PolicyRequest, SummaryCall
 from ctxfold.kernel.summary import summary_output_cap, validate_summary_result
-from ctxfold.kernel.types import Message, PolicyRequest, RequestShape, SummaryCall, SummaryRequest
+from ctxfold.kernel.types import Message, RequestShape, SummaryRequest
 
 #: How the real-library policies are installed (the ``peers`` extra pins their versions).
 INSTALL = "install them with: pip install 'ctxfold[peers]'"

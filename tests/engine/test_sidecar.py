@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
+from ctxfold.engine.sidecar import fresh_state, load_sidecar, save_sidecar
 from ctxfold.kernel.codec import message_from_dict
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import SidecarCodec
@@ -18,7 +19,6 @@ from ctxfold.kernel.errors import SidecarVersionError
 from ctxfold.kernel.fingerprint import covered_prefix_hash
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.sidecar import fresh_state, load_sidecar, save_sidecar
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs import FsStore, StoreWarning

@@ -1,6 +1,6 @@
 """Loading and saving the sidecar ``<session>.context.json`` (SPEC §3.5, §4.2).
 
-The kernel never imports the codec plugin: callers pass the codec the registry built
+The engine never imports the codec plugin: callers pass the codec the registry built
 (kind ``sidecar_format``, named by ``[store] sidecar_format``).
 
 Loading never fails because of a damaged sidecar: unreadable bytes, invalid JSON or an
