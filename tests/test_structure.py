@@ -1,4 +1,5 @@
-"""Module size limits: small modules, a kernel under 4,000 lines (layering is lint-imports)."""
+"""Module size limits: small modules, a kernel well under 4,000 lines, and a kernel that names no
+built-in plugin (layering is lint-imports)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ctxfold"
 #: "No module over ~300 lines": the aim is 300; this is where a change must split a module.
-MODULE_LIMIT = 350
-KERNEL_LIMIT = 4000
+MODULE_LIMIT = 310
+#: The one exception: the ContextManager is read in one file (its behaviour lives in the
+#: kernel and the engine's parts; what is left is the class itself).
+EXCEPTIONS = {"engine/manager.py": 350}
+#: "Well under 4k lines": the kernel holds the rules only (transport, interop, sidecar
+#: loading, message checks and the plugins live outside it).
+KERNEL_LIMIT = 3800
 
 
 def lines(path: Path) -> int:
@@ -17,7 +23,8 @@ def lines(path: Path) -> int:
 def test_no_module_is_over_the_limit() -> None:
     sizes = {str(p.relative_to(SRC)): lines(p) for p in SRC.rglob("*.py")}
     assert sizes
-    assert {name: n for name, n in sizes.items() if n > MODULE_LIMIT} == {}
+    assert {name: n for name, n in sizes.items()
+            if n > EXCEPTIONS.get(name, MODULE_LIMIT)} == {}
 
 
 def test_the_kernel_stays_small() -> None:

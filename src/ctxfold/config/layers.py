@@ -1,4 +1,5 @@
-"""One layer of configuration: where its values came from, line by line.
+"""One layer of configuration (where its values came from, line by line), and where the
+user and project files are.
 
 The load pipeline (:mod:`ctxfold.config.load`) stacks layers — user file, project file,
 environment, flags — and every error or ``config show`` row names the layer (and the line in
@@ -8,9 +9,16 @@ a file) a value came from.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
+
+from ctxfold.kernel.errors import ConfigError
+
+PROJECT_FILE_NAME = "ctxfold.toml"
+USER_FILE_NAME = "config.toml"
+CONFIG_HOME_ENV = "CTXFOLD_CONFIG_HOME"
 
 
 @attrs.define
@@ -37,3 +45,29 @@ class Layer:
             if isinstance(table, Mapping):
                 for name in table:
                     yield f"{section}.{name}"
+
+
+def user_file(user_config_path: Path | None, env: Mapping[str, str]) -> Path:
+    """The user file: the given path, else ``$CTXFOLD_CONFIG_HOME/config.toml``, else the
+    platform's user config directory."""
+    if user_config_path is not None:
+        return Path(user_config_path)
+    if env.get(CONFIG_HOME_ENV):
+        return Path(env[CONFIG_HOME_ENV]) / USER_FILE_NAME
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("ctxfold")) / USER_FILE_NAME
+
+
+def project_file(config_path: str | Path | None, cwd: Path) -> Path | None:
+    """The project file: ``--config`` (which must exist), else ``./ctxfold.toml`` if any."""
+    if config_path is None:
+        candidate = cwd / PROJECT_FILE_NAME
+        return candidate if candidate.is_file() else None
+    path = Path(config_path)
+    path = path if path.is_absolute() else cwd / path
+    if not path.is_file():
+        what = "is not a file" if path.exists() else "does not exist"
+        raise ConfigError(f"--config {path} {what}; check the path, or omit --config to use "
+                          f"./{PROJECT_FILE_NAME}")
+    return path

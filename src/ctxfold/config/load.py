@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from ctxfold.config.layers import Layer
+from ctxfold.config.layers import Layer, project_file, user_file
 from ctxfold.config.migrate import default_migrations
 from ctxfold.config.strict import (
     SECTIONS,
@@ -47,10 +47,7 @@ from ctxfold.kernel.kinds import KIND_BY_NAME
 from ctxfold.kernel.registry import STRATEGY_KEYS, Registry, provider_fill, strategy_fill
 from ctxfold.secrets import holds_a_secret_not_a_name, show_value
 
-PROJECT_FILE_NAME = "ctxfold.toml"
-USER_FILE_NAME = "config.toml"
 ENV_PREFIX = "CTXFOLD_"
-CONFIG_HOME_ENV = "CTXFOLD_CONFIG_HOME"
 DEFAULT_SOURCE = "default"
 
 @attrs.frozen
@@ -180,29 +177,6 @@ def _validate(layer: Layer, unclaimed: frozenset[str]) -> None:
         raise ConfigError(_join(found) if found else f"{layer.source}: {exc}") from None
 
 
-def _user_file(user_config_path: Path | None, env: Mapping[str, str]) -> Path:
-    if user_config_path is not None:
-        return Path(user_config_path)
-    if env.get(CONFIG_HOME_ENV):
-        return Path(env[CONFIG_HOME_ENV]) / USER_FILE_NAME
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("ctxfold")) / USER_FILE_NAME
-
-
-def _project_file(config_path: str | Path | None, cwd: Path) -> Path | None:
-    if config_path is None:
-        candidate = cwd / PROJECT_FILE_NAME
-        return candidate if candidate.is_file() else None
-    path = Path(config_path)
-    path = path if path.is_absolute() else cwd / path
-    if not path.is_file():
-        what = "is not a file" if path.exists() else "does not exist"
-        raise ConfigError(f"--config {path} {what}; check the path, or omit --config to use "
-                          f"./{PROJECT_FILE_NAME}")
-    return path
-
-
 def _migration_notice(found: list[tuple[str, str]], files: dict[str, Path]) -> str:
     parts, fixes = [], []
     for source in dict.fromkeys(s for s, _ in found):
@@ -244,8 +218,8 @@ def load_config(
     legacy = frozenset(f"{m.keys[0]}.{k}" for m in migrations for k in m.keys[1])
     layers: list[Layer] = []
     files: dict[str, Path] = {}
-    user = _user_file(user_config_path, env)
-    project = _project_file(config_path, cwd)
+    user = user_file(user_config_path, env)
+    project = project_file(config_path, cwd)
     for path, label in ((user, "user file"), (project, "project file")):
         if path is not None and (label == "project file" or path.is_file()):
             layer = _read_file(path, label)

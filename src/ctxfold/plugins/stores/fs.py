@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir, sweep_temps
@@ -35,17 +34,19 @@ from ctxfold.kernel.types import Appended, Message
 from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
     append_durably,
-    append_plain,
     create_empty,
     projection_within,
     publish_new,
     recover_torn,
+    revision_of,
+    session_ids,
     session_lock,
+    side_files_pattern,
     stat_key,
 )
 from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
-from ctxfold.plugins.stores.fs_sidecar import SidecarFiles, StoreWarning, store_warning
-from ctxfold.session_id import validate_count_key, validate_session_id
+from ctxfold.plugins.stores.fs_sidecar import CountFiles, SidecarFiles, StoreWarning, store_warning
+from ctxfold.session_id import validate_session_id
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 60.0
 
 
-class FsStore(SidecarFiles):
+class FsStore(SidecarFiles, CountFiles):
     """Durable transcripts and sidecars in one directory (implements ``Store``).
 
     Parsed transcripts are cached per session, keyed by the file's (inode, size, mtime_ns),
@@ -166,7 +167,7 @@ class FsStore(SidecarFiles):
     def revision(self, session_id: str) -> str:
         """The transcript's ``inode:size:mtime`` (see :func:`_revision`)."""
         st = self._stat(session_id)
-        return _revision(st)
+        return revision_of(st)
 
     def append(self, session_id: str, messages: Sequence[Message]) -> Appended:
         """Append ``messages`` durably: one ``write`` and one ``fsync`` for the batch; the
@@ -182,13 +183,13 @@ class FsStore(SidecarFiles):
                 # batch in the middle): parse, and repair, first.
                 cached, _, _ = self._load_locked(session_id)
                 st = path.stat()
-            before = _revision(st)
+            before = revision_of(st)
             if not payload:
                 return Appended(before, before)
             after = append_durably(path, payload)
             if cached is not None:
                 self._cache.put(session_id, stat_key(after), (*cached, *messages))
-            return Appended(before, _revision(after))
+            return Appended(before, revision_of(after))
 
     def exists(self, session_id: str) -> bool:
         """Whether the transcript of ``session_id`` exists."""
@@ -208,23 +209,11 @@ class FsStore(SidecarFiles):
 
     def list_sessions(self) -> list[str]:
         """Ids of every session in the store, sorted."""
-        try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
-            return []
-        ids = []
-        for name in names:
-            if name.endswith(".jsonl"):
-                with suppress(SessionError):
-                    ids.append(validate_session_id(name[: -len(".jsonl")]))
-        return sorted(ids)
+        return session_ids(self.root)
 
     def last_activity(self, session_id: str) -> float | None:
-        """Modification time (epoch seconds) of the transcript; ``None`` if absent.
-
-        The sidecar's time is deliberately not used: ``resume()`` writes telemetry there,
-        and that must not make a cold provider cache look warm.
-        """
+        """Modification time (epoch seconds) of the transcript; ``None`` if absent. Not the
+        sidecar's: ``resume()`` writes telemetry there, which must not make a cold cache warm."""
         try:
             return self.transcript_path(session_id).stat().st_mtime
         except FileNotFoundError:
@@ -282,32 +271,13 @@ class FsStore(SidecarFiles):
                 # Expected consequence of the user's rewind, not a repair: log, don't warn.
                 self._discard_locked(session_id, f"rewind to {count} messages", warn=False)
 
-    def _counts_path(self, session_id: str, key: str) -> Path:
-        return self.root / f"{validate_session_id(session_id)}.tokens-{validate_count_key(key)}"
-
-    def read_counts(self, session_id: str, key: str) -> bytes:
-        """The token-count record ``<id>.tokens-<key>`` (``ctxfold.engine.counts``)."""
-        try:
-            return self._counts_path(session_id, key).read_bytes()
-        except FileNotFoundError:
-            return b""
-
-    def append_counts(self, session_id: str, key: str, data: bytes) -> None:
-        """Append to the record (one ``write``, no fsync: it is a cache)."""
-        append_plain(self._counts_path(session_id, key), data)
-
     def delete(self, session_id: str) -> None:
         """Remove every file of the session: sidecar (and discarded ones), side files,
-        transcript, lock."""
+        transcript, lock. Sidecar first, transcript last: a crash midway leaves a session
+        without a sidecar (rebuilt on load), never a sidecar without its session."""
         with self._locked(session_id):
             self._stat(session_id)
-            pattern = re.compile(
-                rf"{re.escape(session_id)}\.(context\.json|jsonl\.corrupt|tokens-[A-Za-z0-9._-]+|"
-                rf"context\.json\.invalid-\d{{8}}T\d{{12}}Z(-\d+)?)"
-                rf"|\.{re.escape(session_id)}\.(jsonl|context\.json)\.[^.]+\.tmp"
-            )
-            # Sidecar first, transcript last: a crash midway leaves a session without a
-            # sidecar (rebuilt on load), never a sidecar without its session.
+            pattern = side_files_pattern(session_id)
             for name in sorted(os.listdir(self.root)):
                 if pattern.fullmatch(name):
                     (self.root / name).unlink(missing_ok=True)
@@ -317,15 +287,8 @@ class FsStore(SidecarFiles):
         fsync_dir(self.root)
 
 
-def _revision(st: os.stat_result) -> str:
-    """``inode:size:mtime``: an append grows the file, a rewind replaces it, and a session
-    deleted and created again (which may reuse the inode) has a new modification time."""
-    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-
-
 def _create(context: StrategyContext[StoreOptions]) -> FsStore:
-    # ``options["path"]`` overrides [store] path (e.g. a CLI flag). Resolved once, relative
-    # to the working directory at creation, so a later chdir does not move the store.
+    # StoreOptions.path overrides [store] path; resolved once, so a later chdir moves nothing.
     path = context.options.path or context.config.store.path
     return FsStore(Path(path).expanduser().absolute())
 

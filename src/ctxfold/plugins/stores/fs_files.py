@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ctxfold.atomic import FILE_MODE, fsync_dir
-from ctxfold.kernel.errors import StoreError
+from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.types import Message
+from ctxfold.session_id import validate_session_id
 
 #: A file's identity for the cache: (inode, size, mtime_ns).
 StatKey = tuple[int, int, int]
@@ -184,3 +186,34 @@ class TranscriptCache:
     def forget(self, session_id: str) -> None:
         with self._lock:
             self._data.pop(session_id, None)
+
+
+def revision_of(st: os.stat_result) -> str:
+    """``inode:size:mtime``: an append grows the file, a rewind replaces it, and a session
+    deleted and created again (which may reuse the inode) has a new modification time."""
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def side_files_pattern(session_id: str) -> re.Pattern[str]:
+    """The names of a session's files besides its transcript and lock: sidecar, discarded
+    sidecars, torn tails, token-count records, temp files of writes in flight."""
+    return re.compile(
+        rf"{re.escape(session_id)}\.(context\.json|jsonl\.corrupt|tokens-[A-Za-z0-9._-]+|"
+        rf"context\.json\.invalid-\d{{8}}T\d{{12}}Z(-\d+)?)"
+        rf"|\.{re.escape(session_id)}\.(jsonl|context\.json)\.[^.]+\.tmp"
+    )
+
+
+def session_ids(root: Path) -> list[str]:
+    """Ids of the sessions whose transcript ``<id>.jsonl`` is in ``root``, sorted (names that
+    are no valid session id are left out)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    ids = []
+    for name in names:
+        if name.endswith(".jsonl"):
+            with suppress(SessionError):
+                ids.append(validate_session_id(name[: -len(".jsonl")]))
+    return sorted(ids)

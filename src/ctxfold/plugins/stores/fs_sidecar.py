@@ -1,5 +1,5 @@
-"""The sidecar half of the ``fs`` store: ``<id>.context.json``, written atomically, replaced
-under compare-and-swap, moved aside when invalid."""
+"""The side files of the ``fs`` store: the sidecar ``<id>.context.json`` (written atomically,
+replaced under compare-and-swap, moved aside when invalid) and the token-count record."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 
 from ctxfold.atomic import FILE_MODE, atomic_write
 from ctxfold.kernel.errors import SidecarError
-from ctxfold.plugins.stores.fs_files import move_aside
+from ctxfold.plugins.stores.fs_files import append_plain, move_aside
+from ctxfold.session_id import validate_count_key, validate_session_id
 
 log = logging.getLogger("ctxfold.plugins.stores.fs")
 
@@ -93,3 +94,22 @@ class SidecarFiles:
             log.info("%s", message)
 
 
+class CountFiles:
+    """The token-count record ``<id>.tokens-<key>`` of :class:`~ctxfold.plugins.stores.fs.FsStore`
+    (the optional ``ctxfold.engine.counts.CountStore`` extension; FsStore provides ``root``)."""
+
+    root: Path
+
+    def _counts_path(self, session_id: str, key: str) -> Path:
+        return self.root / f"{validate_session_id(session_id)}.tokens-{validate_count_key(key)}"
+
+    def read_counts(self, session_id: str, key: str) -> bytes:
+        """The record's bytes (empty when there is none)."""
+        try:
+            return self._counts_path(session_id, key).read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def append_counts(self, session_id: str, key: str, data: bytes) -> None:
+        """Append to the record (one ``write``, no fsync: it is a cache)."""
+        append_plain(self._counts_path(session_id, key), data)

@@ -14,101 +14,23 @@ the ``fs`` store's line text, so a ``store copy`` between the two is byte-identi
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
-from ctxfold.kernel.errors import ConfigError, SessionError, StoreError
+from ctxfold.kernel.errors import SessionError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import Appended, Message
 from ctxfold.plugins.stores.fs_files import projection_within
 from ctxfold.plugins.stores.fs_lines import decode_message, encode_message
-from ctxfold.plugins.stores.postgres_schema import migrate
-from ctxfold.secrets import redact_text
+from ctxfold.plugins.stores.postgres_conn import Connection
+from ctxfold.plugins.stores.postgres_schema import dsn_from_env
 from ctxfold.session_id import validate_count_key, validate_session_id
 
-#: Seconds to wait for another worker holding a session before giving up (as ``fs``).
-LOCK_TIMEOUT = 60
 
-
-class PostgresStore:
+class PostgresStore(Connection):
     """Sessions in a PostgreSQL database (one connection per store, used by one thread at a
     time; open one store per worker process)."""
-
-    def __init__(self, dsn: str, *, connect: Any = None) -> None:
-        self._dsn = dsn
-        self._connect = connect
-        self._conn: Any = None
-        #: The schema versions before and after this store's first connection migrated it.
-        self.migrated: tuple[int, int] | None = None
-        self._lock = threading.RLock()
-        #: session → (incarnation, rewinds, revision, messages): loads fetch only new rows.
-        self._cache: dict[str, tuple[str, int, int, tuple[Message, ...]]] = {}
-
-    def __repr__(self) -> str:
-        return "PostgresStore(<dsn from the environment>)"
-
-    # -- connection --------------------------------------------------------------------------
-
-    def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            connect = self._connect
-            if connect is None:
-                import psycopg
-
-                connect = psycopg.connect
-            self._conn = connect(self._dsn, connect_timeout=10, autocommit=True)
-            self._conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}s'")
-            self.migrated = migrate(self._conn)
-        return self._conn
-
-    def migrate(self) -> tuple[int, int]:
-        """Create or upgrade the schema now (``ctxfold store migrate``); the versions before
-        and after. Any store operation does it on first use too."""
-        with self._tx("migrate the schema"):
-            pass
-        assert self.migrated is not None
-        return self.migrated
-
-    @contextmanager
-    def _tx(self, what: str) -> Iterator[Any]:
-        """A transaction (committed on success, rolled back on any error); database errors
-        become :class:`StoreError` naming ``what``, with credentials masked."""
-        import psycopg
-
-        with self._lock:
-            try:
-                conn = self._connection()
-                with conn.transaction(), conn.cursor() as cur:
-                    yield cur
-            except psycopg.errors.LockNotAvailable:
-                raise StoreError(f"postgres store: {what}: another worker held the session "
-                                 f"for more than {LOCK_TIMEOUT} s") from None
-            except psycopg.Error as exc:
-                raise StoreError(f"postgres store: {what} failed: "
-                                 f"{redact_text(str(exc).strip(), self._dsn)}") from None
-
-    def close(self) -> None:
-        """Close the connection (a later call reconnects)."""
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-    def _session(self, cur: Any, session_id: str, *, lock: bool = True) -> tuple[Any, ...]:
-        """The session's row ``(incarnation, revision, length, rewinds, batches)``, locked
-        for this transaction; :class:`SessionError` when there is none."""
-        cur.execute("SELECT incarnation::text, revision, length, rewinds, batches "
-                    "FROM ctxfold_sessions WHERE id = %s" + (" FOR UPDATE" if lock else ""),
-                    (validate_session_id(session_id),))
-        row = cur.fetchone()
-        if row is None:
-            raise SessionError(f"session {session_id!r} does not exist in the postgres store; "
-                               "check the id, or create the session first")
-        return tuple(row)
 
     # -- transcripts -------------------------------------------------------------------------
 
@@ -308,22 +230,6 @@ class PostgresStore:
             self._session(cur, session_id)
             cur.execute("DELETE FROM ctxfold_sessions WHERE id = %s", (session_id,))
         self._cache.pop(session_id, None)
-
-
-#: The variable an empty ``[store] dsn_env`` names.
-DEFAULT_DSN_ENV = "CTXFOLD_POSTGRES_DSN"
-
-
-def dsn_from_env(name: str) -> str:
-    """The DSN in environment variable ``name`` (empty: ``CTXFOLD_POSTGRES_DSN``);
-    :class:`ConfigError` when it is unset."""
-    name = name or DEFAULT_DSN_ENV
-    dsn = os.environ.get(name, "")
-    if not dsn:
-        raise ConfigError(f"the postgres store reads its DSN from the environment variable "
-                          f"{name} ([store] dsn_env), which is not set; e.g. export "
-                          f"{name}=postgresql://user@host/db")
-    return dsn
 
 
 def _create(context: StrategyContext[StoreOptions]) -> PostgresStore:

@@ -1,4 +1,5 @@
-"""The ``postgres`` store's schema, versioned, and the migrations that create and upgrade it.
+"""The ``postgres`` store's schema, versioned, the migrations that create and upgrade it, and
+where its DSN comes from (:func:`dsn_from_env`).
 
 Version 1 (``docs/stores.md`` draws it):
 
@@ -22,9 +23,10 @@ never both create the tables; a database whose schema is newer than this ctxfold
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ctxfold.kernel.errors import StoreError
+from ctxfold.kernel.errors import ConfigError, StoreError
 
 #: The schema version this ctxfold writes.
 SCHEMA_VERSION = 2
@@ -107,3 +109,19 @@ def migrate(conn: Any) -> tuple[int, int]:
 
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
+
+
+#: The variable an empty ``[store] dsn_env`` names.
+DEFAULT_DSN_ENV = "CTXFOLD_POSTGRES_DSN"
+
+
+def dsn_from_env(name: str) -> str:
+    """The DSN in environment variable ``name`` (empty: ``CTXFOLD_POSTGRES_DSN``);
+    :class:`ConfigError` when it is unset."""
+    name = name or DEFAULT_DSN_ENV
+    dsn = os.environ.get(name, "")
+    if not dsn:
+        raise ConfigError(f"the postgres store reads its DSN from the environment variable "
+                          f"{name} ([store] dsn_env), which is not set; e.g. export "
+                          f"{name}=postgresql://user@host/db")
+    return dsn
