@@ -1,7 +1,7 @@
 """What every example shares: a scripted model on 127.0.0.1, a tool with big outputs, and a
 report of what ctxfold did. Nothing here is part of the integration itself.
 
-The model is ctxfold's loopback emulator (``ctxfold.emulator.Emulator``): it speaks the real
+The model is ctxfold's loopback emulator (``ctxfold.Emulator``): it speaks the real
 DeepSeek and OpenAI Responses wire formats over HTTP, answers from a script (a fixed number
 of tool calls, then a text answer, per user task) and bills each request against an emulated
 prompt cache. It answers ctxfold's summary requests itself, with an extractive summary, so a
@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 import ctxfold
-from ctxfold.emulator import Emulator, ReplySpec
+from ctxfold import Emulator, ReplySpec
 
 #: The window ctxfold maintains (the trigger is 0.80 of it): small, so that a few tool
 #: outputs force a checkpoint. The emulated model keeps its real window.

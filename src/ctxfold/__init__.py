@@ -46,6 +46,13 @@ _EXPORTS = {
     "to_openai": "ctxfold.engine.prepared",
     "to_responses": "ctxfold.engine.prepared",
     "load_config": "ctxfold.config.load",
+    "replay_paths": "ctxfold.replay",
+    "Emulator": "ctxfold.emulator.server",
+    "EmulatorOptions": "ctxfold.emulator.plugin",
+    "Fault": "ctxfold.emulator.faults",
+    "ReplySpec": "ctxfold.emulator.script",
+    "CountStore": "ctxfold.engine.counts",
+    "ReplaySettings": "ctxfold.replay",
     "LoadedConfig": "ctxfold.config.load",
     "Config": "ctxfold.kernel.config",
     "Message": "ctxfold.kernel.types",
@@ -89,6 +96,11 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 if TYPE_CHECKING:  # pragma: no cover
     from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
     from ctxfold.config.load import LoadedConfig, load_config
+    from ctxfold.emulator.faults import Fault
+    from ctxfold.emulator.plugin import EmulatorOptions
+    from ctxfold.emulator.script import ReplySpec
+    from ctxfold.emulator.server import Emulator
+    from ctxfold.engine.counts import CountStore
     from ctxfold.engine.manager import ContextManager
     from ctxfold.engine.opening import create_provider, open_session
     from ctxfold.engine.prepared import (
@@ -178,6 +190,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from ctxfold.plugins.estimators.base import TokenizerEstimator
     from ctxfold.plugins.providers._chat import ChatCompletionsTranslator
+    from ctxfold.replay import ReplaySettings, replay_paths
     from ctxfold.transport.provider import HttpProvider, build_http_provider
 
 
