@@ -115,8 +115,9 @@ class _Vandal:
 
     name = "vandal"
 
-    def __init__(self) -> None:
+    def __init__(self, prompt: int = 5000, briefing: str = "brief") -> None:
         self.seen: list[Message] = []
+        self.prompt, self.briefing = prompt, briefing
 
     def observe(self, message: Message) -> None:
         self.seen.append(message)
@@ -186,8 +187,9 @@ class _BigSummary:
 
     name = "big-summary"
 
-    def __init__(self) -> None:
+    def __init__(self, prompt: int = 5000, briefing: str = "brief") -> None:
         self.seen: list[Message] = []
+        self.prompt, self.briefing = prompt, briefing
 
     def observe(self, message: Message) -> None:
         self.seen.append(message)
@@ -196,10 +198,11 @@ class _BigSummary:
         from ctxfold.kernel.sessions import PolicyRequest, SummaryCall
         from ctxfold.kernel.types import SummaryRequest
 
-        huge = SummaryRequest(messages=(Message(role="user", content="z" * 5000),), tools=(),
-                              max_tokens=100)
+        huge = SummaryRequest(messages=(Message(role="user", content="z" * self.prompt),),
+                              tools=(), max_tokens=100)
         return PolicyRequest(messages=tuple(self.seen[-1:]),
-                             summaries=(SummaryCall(request=huge, text="brief"),), installed=True)
+                             summaries=(SummaryCall(request=huge, text=self.briefing),),
+                             installed=True)
 
     def canonical(self) -> None:
         return None
@@ -220,6 +223,28 @@ def test_a_summary_request_over_the_budget_is_an_overflow() -> None:
     result = tiny_replay(registry, messages, window=3000,
                          names=("big-summary",)).policies["big-summary"]
     assert result.failed and result.failure.startswith("the summary request before request 1")
+
+
+def test_a_summary_whose_briefing_does_not_fit_the_reservation_is_an_overflow() -> None:
+    from ctxfold.kernel.hookspecs import hookimpl
+    from ctxfold.kernel.kinds import StrategySpec
+
+    def run(briefing: str) -> Any:
+        class Plugin:
+            @hookimpl
+            def ctxfold_policies(self):
+                return [StrategySpec(kind="policy", name="big-summary",
+                                     factory=lambda ctx: _BigSummary(2500, briefing))]
+
+        registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
+        messages = [Message(role="user", content="go"), Message(role="assistant", content="ok")]
+        return tiny_replay(registry, messages, window=3000, reserve_output=300,
+                           names=("big-summary",)).policies["big-summary"]
+
+    # The prompt fits the input budget (2,700) either way; the briefing must fit what is left.
+    assert not run("b" * 100).failed
+    long = run("b" * 800)
+    assert long.failed and "exceed the 3,000-token window" in long.failure
 
 
 @pytest.fixture(scope="module")
@@ -315,6 +340,43 @@ def test_html_report_is_self_contained_and_renders(demo_results: list[Any],
         assert f"<h3>{title}" in dom, title
     for name in names:  # every policy is named in a legend, outside the charts
         assert '<span class="key">' in dom and f"</span>{name}</span>" in dom, name
+    assert "…" not in dom  # no axis label truncated by the chart library
+
+
+def test_hit_miss_chart_labels_round_request_numbers_untruncated() -> None:
+    import re
+
+    from ctxfold.replay.report_html import hit_miss_chart
+    from ctxfold.replay.results import PolicyResult, RequestRecord
+
+    r = PolicyResult()
+    r.records.extend(RequestRecord(
+        number=i, message_index=i, prompt_tokens=1000, hit_tokens=600, output_tokens=10,
+        summary_calls=0, summary_prompt_tokens=0, summary_hit_tokens=0,
+        summary_output_tokens=0, view_messages=3, fidelity=None, cost_usd=0.0)
+        for i in range(1, 189))
+    svg = hit_miss_chart(r, 60_000)
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert "…" not in svg
+    ticks = [t for t in labels if t.isdigit() and 0 < int(t) < 1000]
+    assert ticks == ["25", "50", "75", "100", "125", "150", "175"]
+
+
+def test_the_pareto_front_holds_only_policies_that_completed() -> None:
+    from ctxfold.replay.fidelity import FidelitySummary
+    from ctxfold.replay.report_text import cost_points, pareto_front
+    from ctxfold.replay.results import PolicyResult
+
+    def result(cost: float, fidelity: float, failed: bool = False) -> PolicyResult:
+        return PolicyResult(cost_usd=cost, failed=failed,
+                            fidelity=FidelitySummary(mean=fidelity))
+
+    results = {"ctxfold": result(1.0, 0.9), "cheap-partial": result(0.5, 0.95, failed=True),
+               "peer": result(0.8, 0.7)}
+    costs = {"ctxfold": 1.0, "cheap-partial": 0.5, "peer": 0.8}
+    assert set(cost_points(results, costs)) == set(results)  # plotted, all of them
+    # A partial run "beats" both on cost and fidelity, but its figures cover other sessions.
+    assert pareto_front(results, costs) == {"ctxfold", "peer"}
 
 
 def test_cli_demo_on_a_pipe_prints_only_the_report(tmp_path: Path) -> None:
@@ -369,7 +431,7 @@ def test_totals_of_several_sessions_compare_with_ctxfold(demo_results: list[Any]
     import io
 
     from ctxfold.replay.report_text import cheapest_note, paired_costs, print_report
-    from ctxfold.replay.results import totals
+    from ctxfold.replay.results import paired, totals
 
     sessions = demo_results * 2
     costs = paired_costs(sessions)
@@ -380,6 +442,12 @@ def test_totals_of_several_sessions_compare_with_ctxfold(demo_results: list[Any]
                  reserve_output=DEFAULT_RESERVE_OUTPUT)
     text = out.getvalue()
     assert "vs ctxfold" in text and "(2)" in text
-    assert cheapest_note(totals(sessions), costs) in " ".join(text.split())
+    note = cheapest_note(totals(sessions), paired(sessions))
+    assert note and note in " ".join(text.split())
+    # The note compares on the sessions both completed: cost and fidelity on one basis.
+    closest = paired(sessions)["truncate-oldest"]
+    assert closest.policy is not None and closest.baseline is not None
+    assert closest.policy.cost_usd / closest.baseline.cost_usd == pytest.approx(
+        closest.cost_ratio)
     page = report_html(sessions, profile="deepseek-flash", window=DEMO_WINDOW)
     assert "cost ÷ ctxfold" in page and "<th>vs ctxfold</th>" in page

@@ -94,7 +94,8 @@ def breakdown_chart(results: Mapping[str, PolicyResult]) -> str:
 
     chart = pygal.HorizontalStackedBar(**_config(colours=PART_COLOURS.values(),
                                                  height=70 + 34 * len(results), x_title="USD"))
-    chart.x_labels = list(results)
+    # A failed policy's bar covers only the part of its run before the overflow.
+    chart.x_labels = [f"{n} (partial)" if r.failed else n for n, r in results.items()]
     for key in BREAKDOWN:
         chart.add(PARTS[key][0], [getattr(r.breakdown, key) for r in results.values()])
     return _svg(chart) + legend({PARTS[k][0]: PART_COLOURS[k] for k in BREAKDOWN})
@@ -118,7 +119,7 @@ def cost_fidelity_chart(results: Mapping[str, PolicyResult], colours: Mapping[st
                                x_value_formatter=lambda v: f"{v:.2f}"))
     for name, point in points.items():
         chart.add(name, [point])
-    entries = {n: colours[n] for n in points}
+    entries = {(f"{n} (partial)" if results[n].failed else n): colours[n] for n in points}
     if len(front) > 1:
         chart.add("Pareto front", front, stroke=True, show_dots=False,
                   stroke_style={"dasharray": "6,4", "width": 1.5})
@@ -174,9 +175,14 @@ def hit_miss_chart(r: PolicyResult, ymax: float) -> str:
     import pygal
 
     step = round_step(len(r.records))
+    # Every bar gets its request number, only round ones are shown: pygal otherwise squeezes
+    # all labels into the bar width and truncates each to "…".
     chart = pygal.StackedBar(**_config(colours=(HIT, MISS), width=370, height=200,
-                                       range=(0, ymax), x_title="request"))
-    chart.x_labels = [str(rec.number) if rec.number % step == 0 else "" for rec in r.records]
+                                       range=(0, ymax), x_title="request", truncate_label=-1,
+                                       x_labels_major=[str(rec.number) for rec in r.records
+                                                       if rec.number % step == 0],
+                                       show_minor_x_labels=False))
+    chart.x_labels = [str(rec.number) for rec in r.records]
     chart.add("cache hits", [rec.hit_tokens for rec in r.records])
     chart.add("cache misses", [rec.miss_tokens for rec in r.records])
     return _svg(chart)
@@ -267,7 +273,7 @@ def report_html(sessions: Sequence[SessionResult], *, profile: str, window: int,
     summed = totals(sessions)
     unlimited = sum(s.unlimited_cost_usd for s in sessions)
     budget = window - reserve_output
-    note = cheapest_note(summed, paired_costs(sessions))
+    note = cheapest_note(summed, paired(sessions) if len(sessions) > 1 else None)
     colours = colour_map(list(summed))
     body = "".join(_session(s, budget, colours) for s in sessions)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

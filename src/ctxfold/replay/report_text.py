@@ -63,8 +63,10 @@ def cost_points(results: Mapping[str, PolicyResult],
 
 def pareto_front(results: Mapping[str, PolicyResult],
                  costs: Mapping[str, float] | None = None) -> set[str]:
-    """Policies no other policy beats on both cost and fidelity (see :func:`cost_points`)."""
-    points = cost_points(results, costs)
+    """Completed policies no other completed policy beats on both cost and fidelity (see
+    :func:`cost_points`): a partial run's cost and fidelity cover other sessions and
+    requests than a complete one's, so it is plotted but never on the front."""
+    points = {n: p for n, p in cost_points(results, costs).items() if not results[n].failed}
     return {n for n, p in points.items()
             if not any(o != p and o[0] <= p[0] and o[1] >= p[1] for o in points.values())}
 
@@ -78,22 +80,26 @@ def paired_costs(sessions: Sequence[SessionResult]) -> dict[str, float] | None:
 
 
 def cheapest_note(results: Mapping[str, PolicyResult],
-                  costs: Mapping[str, float] | None = None) -> str:
-    """What the cheapest policy saved, and what it gave up, against ctxfold (or, when ctxfold
-    is the cheapest, against the runner-up). With ``costs`` (cost ÷ ctxfold's on shared
-    sessions, see :func:`paired_costs`) the comparison is on those sessions."""
-    if costs is not None:
-        ranked = sorted((ratio, n) for n, ratio in costs.items() if n != "ctxfold")
+                  vs: Mapping[str, Paired] | None = None) -> str:
+    """What the cheapest policy saved, where (the largest part of the cost breakdown), and
+    what it gave up, against ctxfold (or, when ctxfold is the cheapest, against the
+    runner-up). With ``vs`` (several sessions, see :func:`paired`) the comparison is on the
+    sessions both completed, cost and fidelity alike."""
+    if vs is not None:
+        ranked = sorted((p.cost_ratio, n) for n, p in vs.items()
+                        if n != "ctxfold" and p.cost_ratio is not None)
         if not ranked or "ctxfold" not in results:
             return ""
         ratio, name = ranked[0]
-        a, b = results[name], results["ctxfold"]
+        a, b = vs[name].policy, vs[name].baseline
         if ratio >= 1:
             return (f"ctxfold is the cheapest on the sessions it shares with each policy; the "
                     f"closest, {name}, costs {ratio:.2f}× as much.")
-        text = (f"{name} is the cheapest: {ratio:.2f}× ctxfold's cost on the sessions both "
-                "completed")
-        return text + _fidelity_clause(a, b, "ctxfold") + "."
+        text = (f"{name} is the cheapest: {ratio:.2f}× ctxfold's cost on the "
+                f"{vs[name].sessions} session(s) both completed")
+        if a is None or b is None:
+            return text + "."
+        return text + _saving_clause(a, b) + _fidelity_clause(a, b, "ctxfold") + "."
     done = sorted(((r.cost_usd, n) for n, r in results.items() if not r.failed))
     if len(done) < 2:
         return ""
@@ -101,12 +107,16 @@ def cheapest_note(results: Mapping[str, PolicyResult],
     cheapest = names[0]
     other = "ctxfold" if cheapest != "ctxfold" and "ctxfold" in names else names[1]
     a, b = results[cheapest], results[other]
-    parts = {k: getattr(b.breakdown, k) - getattr(a.breakdown, k) for k in BREAKDOWN}
-    key = max(parts, key=lambda k: parts[k])
     saved = b.cost_usd - a.cost_usd
     text = (f"{cheapest} is the cheapest (${a.cost_usd:.4f}, {saved / b.cost_usd:.0%} under "
-            f"{other}); most of the difference is {PARTS[key][0]} (${parts[key]:.4f} less)")
-    return text + _fidelity_clause(a, b, other) + "."
+            f"{other})")
+    return text + _saving_clause(a, b) + _fidelity_clause(a, b, other) + "."
+
+
+def _saving_clause(a: PolicyResult, b: PolicyResult) -> str:
+    parts = {k: getattr(b.breakdown, k) - getattr(a.breakdown, k) for k in BREAKDOWN}
+    key = max(parts, key=lambda k: parts[k])
+    return f"; most of the difference is {PARTS[key][0]} (${parts[key]:.4f} less)"
 
 
 def _fidelity_clause(a: PolicyResult, b: PolicyResult, other: str) -> str:
@@ -212,7 +222,7 @@ def print_report(sessions: Sequence[SessionResult], *, profile: str, window: int
     console.print("cost breakdown (one scale for all policies):")
     for line in breakdown_bars(summed, plain):
         console.print(line, markup=not plain, highlight=False)
-    note = cheapest_note(summed, paired_costs(sessions))
+    note = cheapest_note(summed, paired(sessions) if len(sessions) > 1 else None)
     if note:
         console.print(note, markup=False)
     for name, why in (missing or {}).items():

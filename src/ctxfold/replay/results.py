@@ -144,11 +144,14 @@ def totals(sessions: Sequence[SessionResult]) -> dict[str, PolicyResult]:
 
 @attrs.frozen
 class Paired:
-    """A policy against a baseline over the sessions both completed: how many, and the
-    ratio of their costs (``None`` when they completed none together)."""
+    """A policy against a baseline over the sessions both completed: how many, the ratio of
+    their costs (``None`` when they completed none together), and both policies' sums over
+    those sessions (fidelity and cost breakdown on the same basis)."""
 
     sessions: int
     cost_ratio: float | None
+    policy: PolicyResult | None = None
+    baseline: PolicyResult | None = None
 
 
 def paired(sessions: Sequence[SessionResult], baseline: str = "ctxfold") -> dict[str, Paired]:
@@ -161,5 +164,8 @@ def paired(sessions: Sequence[SessionResult], baseline: str = "ctxfold") -> dict
                 and not s.policies[name].failed and not s.policies[baseline].failed]
         base = sum(s.policies[baseline].cost_usd for s in both)
         cost = sum(s.policies[name].cost_usd for s in both)
-        out[name] = Paired(len(both), cost / base if base else None)
+        shared = totals([attrs.evolve(s, policies={n: s.policies[n] for n in (name, baseline)})
+                         for s in both]) if both else {}
+        out[name] = Paired(len(both), cost / base if base else None,
+                           shared.get(name), shared.get(baseline))
     return out

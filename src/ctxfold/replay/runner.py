@@ -107,6 +107,12 @@ class _Track:
             if bill.prompt > self.budget:
                 self._overflow(f"the summary request before request {number}", bill.prompt)
                 return
+            if bill.prompt + bill.output > self.budget + self.reserve:  # its briefing too
+                result.failed, result.failure = True, (
+                    f"the summary request before request {number}: {bill.prompt:,} prompt + "
+                    f"{bill.output:,} output tokens exceed the {self.budget + self.reserve:,}"
+                    "-token window (the briefing asked for is longer than the reservation)")
+                return
             self._count(bill)
             result.breakdown.add_summary(bill)
             result.summaries += 1
