@@ -76,7 +76,7 @@ class LangChainSummarization(PeerPolicy):
         self.state: list[Any] = []
         self.pending: list[Any] = []
         self.sent: list[dict[str, Any]] = []
-        profile = {"max_input_tokens": setup.window}
+        profile: Any = {"max_input_tokens": setup.window}  # a ModelProfile (a TypedDict)
         self.model = _Capture(sink=self._on_model, profile=profile)
 
         def counter(messages: Any) -> int:

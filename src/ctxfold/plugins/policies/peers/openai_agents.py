@@ -66,7 +66,8 @@ class OpenAIAgentsTrimmer(PeerPolicy):
         self.items.extend(to_items(message, self.n))
 
     def build(self) -> list[dict[str, Any]]:
-        data = CallModelData(model_data=ModelInputData(input=list(self.items),
+        items: list[Any] = list(self.items)  # Responses input items, as dicts
+        data = CallModelData(model_data=ModelInputData(input=items,
                                                        instructions=self.instructions),
                              agent=self.agent, context=None)
         out = self.filter(data)
