@@ -302,3 +302,44 @@ def test_importers_keep_no_item_fields(tmp_path) -> None:
     assert all(not m.responses_items for m in messages_from_items(items, lossless=False))
     with pytest.raises(MessageError, match=r"input\[0\]\.type: input item type 'reasoning'"):
         messages_from_items(reply_items([{}, {}], 1, 0), lossless=False)
+
+
+def test_responses_items_go_to_chat_in_chat_form_and_unknown_ones_are_refused(tmp_path) -> None:
+    cm = open_cm(tmp_path)
+    cm.append({"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "u"}]})
+    chat = cm.prepare().to_openai()["messages"]
+    assert chat == [{"role": "user", "content": [
+        {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]}]
+    # An item type the chat form cannot carry is named, not sent as an empty message.
+    cm.append({"type": "web_search_call", "id": "ws_1", "status": "completed"})
+    with pytest.raises(MessageError, match=r"messages\[1\]: Responses item type "
+                                           r"'web_search_call' has no chat completions form"):
+        cm.prepare().to_openai()
+    items = cm.prepare().to_responses()["input"]
+    assert items[-1] == {"type": "web_search_call", "id": "ws_1", "status": "completed"}
+
+
+def test_a_part_no_openai_format_knows_is_refused_on_the_way_out(tmp_path) -> None:
+    cm = open_cm(tmp_path)
+    cm.append({"role": "user", "content": [{"type": "text", "text": "a"},
+                                           {"type": "hologram", "data": "x"}]})
+    with pytest.raises(MessageError, match=r"messages\[0\]\.content\[1\]: content part type "
+                                           r"'hologram' is no OpenAI content part"):
+        cm.prepare().to_openai()
+
+
+def test_a_provider_refuses_a_part_type_it_cannot_take_naming_it() -> None:
+    from ctxfold import ChatRequest, Message
+    from ctxfold.plugins.providers.deepseek import DeepSeekTranslator
+    from ctxfold.plugins.providers.mimo import MiMoTranslator
+
+    audio = ctxfold.message_from_openai({"role": "user", "content": [
+        {"type": "text", "text": "hear"},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]})
+    request = ChatRequest(messages=(Message(role="system", content="s"), audio))
+    with pytest.raises(MessageError, match=r"messages\[1\]\.content\[1\]: provider 'deepseek' "
+                                           r"does not accept content parts of type 'input_audio'"):
+        DeepSeekTranslator().build_body(request, model="deepseek-flash")
+    body = MiMoTranslator().build_body(request, model="mimo-v2.5-pro")  # MiMo takes it as is
+    assert body["messages"][1]["content"][1]["type"] == "input_audio"

@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
-from ctxfold.interop.responses import input_items, tool_item
+from ctxfold.interop.chat import tool_schema_to_openai
+from ctxfold.interop.responses import chat_messages, input_items, tool_item
 from ctxfold.kernel.contracts import Estimator
 from ctxfold.kernel.outcome import Outcome, PrepareAction
 from ctxfold.kernel.state import CacheState, Projection, label_cache
@@ -66,7 +66,8 @@ def to_openai(request: _HasMessagesAndTools) -> dict[str, Any]:
     """The chat-completions ``messages`` (and ``tools`` when there are any) of a
     :class:`PreparedRequest` or a :class:`~ctxfold.SummaryRequest`, ready to send with the
     OpenAI SDK: ``client.chat.completions.create(model=..., **ctxfold.to_openai(p))``.
-    Only provider-visible fields; content parts exactly as the host gave them."""
+    Only provider-visible fields; content parts exactly as the host gave them (those of
+    appended Responses items in their chat form; see :func:`to_openai_messages`)."""
     payload: dict[str, Any] = {"messages": to_openai_messages(request.messages)}
     if request.tools:
         payload["tools"] = [tool_schema_to_openai(t) for t in request.tools]
@@ -84,8 +85,11 @@ def to_responses(request: _HasMessagesAndTools) -> dict[str, Any]:
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Provider-visible chat dicts of ``messages`` (``local_only`` ones skipped)."""
-    return [message_to_openai(m, local_fields=False) for m in messages if not m.local_only]
+    """Provider-visible chat dicts of ``messages`` (``local_only`` ones skipped): content
+    parts as the host gave them, those of Responses items in their chat form; a part type no
+    OpenAI format knows, or a Responses item with no chat form, is a
+    :class:`~ctxfold.MessageError` naming it."""
+    return chat_messages(messages, as_given=True)
 
 
 COLD_RESUME_NOTICE = "history kept; compaction deferred until context pressure"

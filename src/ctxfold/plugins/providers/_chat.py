@@ -10,32 +10,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxfold.interop.chat import message_to_openai, tool_schema_to_openai
-from ctxfold.interop.responses import part_to_chat
+from ctxfold.interop.chat import tool_schema_to_openai
+from ctxfold.interop.responses import CHAT_PARTS
+from ctxfold.interop.responses import chat_messages as wire_messages
 from ctxfold.interop.usage import chat_usage
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
 from ctxfold.message_checks import repaired_message
 from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
 
 
-def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Provider-visible chat messages. ``reasoning_content`` is replayed only on assistant
-    turns that made tool calls: DeepSeek and MiMo reject a thinking-mode request whose
-    tool-call turns lack it, and ignore it elsewhere (DeepSeek's thinking-mode guide,
+def chat_messages(messages: Sequence[Message], part_types: frozenset[str] = CHAT_PARTS,
+                  target: str = "chat completions") -> list[dict[str, Any]]:
+    """Provider-visible chat messages (:func:`ctxfold.interop.responses.chat_messages`: parts
+    in their chat form, a part type outside ``part_types`` an error naming it).
+    ``reasoning_content`` is replayed only on assistant turns that made tool calls: DeepSeek
+    and MiMo reject a thinking-mode request whose tool-call turns lack it, and ignore it
+    elsewhere (DeepSeek's thinking-mode guide,
     https://api-docs.deepseek.com/guides/thinking_mode), so sending it elsewhere would only
-    cost tokens. Content parts go out as the host gave them; Responses-form parts are
-    converted to their chat form, and one with no chat form is an error naming it."""
-    out = []
-    for i, message in enumerate(messages):
-        if message.local_only:
-            continue
-        item = message_to_openai(message, local_fields=False)
-        if message.parts:
-            item["content"] = [part_to_chat(part, f"messages[{i}].content[{j}]")
-                               for j, part in enumerate(item["content"])]
+    cost tokens."""
+    out = wire_messages(messages, part_types=part_types, target=target)
+    visible = [m for m in messages if not m.local_only]
+    for message, item in zip(visible, out, strict=True):
         if message.role != "assistant" or not message.tool_calls:
             item.pop("reasoning_content", None)
-        out.append(item)
     return out
 
 
@@ -44,6 +41,8 @@ class ChatCompletionsTranslator:
 
     name = "chat"
     path = "/chat/completions"
+    #: The chat content-part types the endpoint accepts; any other is refused, naming it.
+    part_types: frozenset[str] = CHAT_PARTS
 
     def budget_fields(self, request: ChatRequest) -> dict[str, Any]:
         """Output-budget fields (provider specific)."""
@@ -55,7 +54,9 @@ class ChatCompletionsTranslator:
 
     def build_body(self, request: ChatRequest, *, model: str) -> dict[str, Any]:
         """Messages first, so turn n+1's bytes extend turn n's up to the end of the list."""
-        body: dict[str, Any] = {"model": model, "messages": chat_messages(request.messages)}
+        body: dict[str, Any] = {"model": model,
+                                "messages": chat_messages(request.messages, self.part_types,
+                                                          f"provider {self.name!r}")}
         if request.tools:
             body["tools"] = [tool_schema_to_openai(t) for t in request.tools]
         body.update(self.budget_fields(request))

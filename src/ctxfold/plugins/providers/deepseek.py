@@ -54,6 +54,9 @@ class DeepSeekTranslator(ChatCompletionsTranslator):
     """Chat completions with DeepSeek's output budget and thinking fields."""
 
     name = "deepseek"
+    #: Text and images only: DeepSeek lists vision for deepseek-flash and documents no
+    #: audio or file input (https://api-docs.deepseek.com/quick_start/pricing).
+    part_types = frozenset({"text", "image_url"})
 
     def budget_fields(self, request: ChatRequest) -> dict[str, Any]:
         """``max_tokens`` for a positive user cap (clipped to the window's output room); at 0
