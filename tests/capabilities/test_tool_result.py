@@ -160,6 +160,17 @@ def test_duplicate_call_id_requires_exact_ref() -> None:
         "second ")
 
 
+def test_the_only_truncated_result_of_a_call_is_picked_without_a_ref() -> None:
+    text = "big " * 10000
+    msgs = [big("c1", text), make_tool_result("c1", "small", tool_name="bash")]
+    # Two results for the id, but only one was truncated: the one a marker pointed at.
+    header, body = parse(read_tool_result(msgs, tool_call_id="c1"))
+    assert header["result_ref"] == result_ref("c1", text) and body.startswith("big ")
+    # Two truncated ones stay ambiguous.
+    with pytest.raises(ToolResultError, match="ambiguous"):
+        read_tool_result([*msgs, big("c1", "other " * 9000)], tool_call_id="c1")
+
+
 def test_the_only_bounded_result_of_a_call_needs_no_ref_but_a_wrong_ref_fails() -> None:
     text = "x" * 40000
     msg = big("c1", text)

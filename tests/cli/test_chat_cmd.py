@@ -238,3 +238,16 @@ def test_a_pin_after_a_failed_turn_does_not_hide_the_unanswered_message(
                              local_only=True))
 
     assert pending_user_text(Session()) == "hello"
+
+
+def test_the_default_provider_says_it_is_the_emulator(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
+    (tmp_path / "ctxfold.toml").write_text('[store]\npath = "sessions"\n')  # nothing chosen
+    code, out, err = chat(capsys, monkeypatch, "hello\n/quit\n", "--session", "d1")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0].startswith("[model: the loopback emulator ('emulator'), not a "
+                                          "real model")
+    assert out.splitlines()[1] == "[new session d1; /help for commands]"

@@ -92,7 +92,6 @@ def test_small_result_needs_no_ref(root: Path, capsys: pytest.CaptureFixture[str
     ("argv", "expected"),
     [
         (["s1", "zz"], "no tool result with tool_call_id='zz'"),
-        (["s1", "c2", "--limit", "0"], "limit=0 is out of range"),
         (["s1", "c2", "--offset", "99"], "offset=99 is outside"),
         (["nope", "c1"], "session 'nope' not found"),
     ],

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import ctxfold
 from ctxfold import MessageError, ToolSchema, Usage
-from ctxfold.interop.responses import input_items, part_to_chat, part_to_responses
+from ctxfold.interop.parts import part_to_chat, part_to_responses
+from ctxfold.interop.responses import input_items
 from ctxfold.plugins.estimators.base import NON_TEXT_PART_TOKENS
 from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 
@@ -343,3 +344,17 @@ def test_a_provider_refuses_a_part_type_it_cannot_take_naming_it() -> None:
         DeepSeekTranslator().build_body(request, model="deepseek-flash")
     body = MiMoTranslator().build_body(request, model="mimo-v2.5-pro")  # MiMo takes it as is
     assert body["messages"][1]["content"][1]["type"] == "input_audio"
+
+
+@pytest.mark.parametrize(("bad", "where"), [
+    ({"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+     r"append\[1\]\.tool_calls\[0\]: a tool call needs a non-empty id"),
+    ({"role": "user", "content": [{"type": "text", "text": 5}]},
+     r"append\[1\]\.content\[0\]\.text: a text part needs a string 'text'"),
+])
+def test_a_call_without_id_or_a_text_part_without_text_is_refused(tmp_path, bad, where) -> None:
+    cm = open_cm(tmp_path)
+    with pytest.raises(MessageError, match=where):
+        cm.append({"role": "user", "content": "go"}, bad)
+    assert cm.canonical == ()

@@ -80,6 +80,7 @@ class _Body(NamedTuple):
     sha256: str
     ref: str
     legacy: bool  # a truncated record from older code, without the full text
+    truncated: bool  # the model saw a truncation marker for it (bounded or legacy)
 
 
 _CACHE: weakref.WeakKeyDictionary[Message, _Body] = weakref.WeakKeyDictionary()
@@ -100,7 +101,8 @@ def _paged(message: Message) -> _Body:
     body = _Body(
         text=text, data=data, total=len(whole), sha256=hashlib.sha256(whole).hexdigest(),
         ref=compute_result_ref(message.tool_call_id or "", whole),
-        legacy=not bounded and _LEGACY_MARKERS.search(message.content) is not None,
+        legacy=(legacy := not bounded and _LEGACY_MARKERS.search(message.content) is not None),
+        truncated=bounded or legacy,
     )
     del whole
     with _CACHE_LOCK:
@@ -130,6 +132,10 @@ def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> 
             f"tool_call_id={tool_call_id!r}; retry with result_ref={refs}"
         )
     distinct = list(dict.fromkeys(b.ref for b in candidates))
+    truncated = list(dict.fromkeys(b.ref for b in candidates if b.truncated))
+    if len(distinct) > 1 and len(truncated) == 1:
+        # Only one of them was truncated: the one the model can have been told to page.
+        return next(b for b in candidates if b.truncated)
     if len(distinct) > 1:
         raise ToolResultError(
             f"tool_call_id={tool_call_id!r} is ambiguous ({len(candidates)} results); "

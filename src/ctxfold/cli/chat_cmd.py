@@ -229,6 +229,9 @@ def run(args: argparse.Namespace) -> int:
         existed = handle.store.exists(session_id)
         cm = open_session(session_id, config=config, registry=registry,
                           store=handle.store, provider=provider)
+        if registry.provider_defaults(config).loopback:  # say where the answers come from
+            print(f"[model: the loopback emulator ({config.provider.name!r}), not a real "
+                  "model; set [provider] name (e.g. deepseek) for one]", flush=True)
         if existed:
             resumed = cm.resume()
             notice = f"; {resumed.notice}" if resumed.notice else ""

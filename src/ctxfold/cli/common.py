@@ -27,6 +27,22 @@ class UsageError(ConfigError):
 _LOADED_ATTR = "_ctxfold_loaded_config"
 
 
+def number_in(low: float, high: float | None = None, *, kind: type = int) -> Any:
+    """An argparse ``type`` for a number in ``[low, high]``: anything else is a usage error
+    (argparse prints it and exits 2), before the command runs."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < low or (high is not None and value > high):
+            allowed = f"{low} to {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range (allowed: {allowed})")
+        return value
+    return parse
+
+
 def add_config_flag(
     parser: argparse.ArgumentParser, key: str, flag: str | None = None, *, help: str = ""
 ) -> None:

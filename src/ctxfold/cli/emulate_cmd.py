@@ -6,6 +6,8 @@ import argparse
 import threading
 from typing import Any
 
+from ctxfold.cli.common import number_in
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -18,7 +20,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--port", type=int, default=0, help="TCP port (0 = ephemeral, default)")
     parser.add_argument("--profile", choices=("deepseek", "mimo", "responses"),
                         default="deepseek", help="wire format and cache rules (default deepseek)")
-    parser.add_argument("--window", type=int, default=None,
+    parser.add_argument("--window", type=number_in(1), default=None,
                         help="context window in tokens (default: the profile's)")
     parser.add_argument("--script", metavar="FILE", default=None,
                         help="JSON list of replies ({text, tool_calls, reasoning, finish_reason})")

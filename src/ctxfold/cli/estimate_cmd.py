@@ -111,14 +111,19 @@ def estimate_session(estimator: Any, messages: list[Message], tools: list[ToolSc
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from ctxfold.cli.common import load_cli_config, load_registry
+    from ctxfold.cli.common import UsageError, load_cli_config, load_registry
     from ctxfold.importing import expand_paths, import_session
     from ctxfold.kernel.errors import CtxfoldError
-    from ctxfold.kernel.kinds import ESTIMATOR
+    from ctxfold.kernel.kinds import ESTIMATOR, IMPORTER
 
     loaded = load_cli_config(args)
     registry = load_registry(args)
     name = args.estimator or loaded.config.estimator.name
+    for flag, kind, value in (("--estimator", ESTIMATOR, args.estimator),
+                              ("--format", IMPORTER, args.format)):
+        if value and value not in registry.names(kind):  # a flag value: a usage error
+            raise UsageError(f"{flag} {value!r}: not a registered {kind.name}; available: "
+                             f"{', '.join(registry.names(kind))}")
     estimator = registry.create(ESTIMATOR, name, config=loaded.config)
     extra_tools = read_tools_file(args.tools) if args.tools else []
     results: list[dict[str, Any]] = []

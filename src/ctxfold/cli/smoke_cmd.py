@@ -11,6 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ctxfold.cli.common import number_in
+
 
 def register(subparsers: Any) -> None:
     from ctxfold.smoke.fixtures import DEFAULT_DIR, DEFAULT_MAX_USD
@@ -29,7 +31,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dir", default=DEFAULT_DIR, metavar="DIR",
                         help=f"working directory for the session and meta.json "
                         f"(default: {DEFAULT_DIR})")
-    parser.add_argument("--max-usd", type=float, default=DEFAULT_MAX_USD, metavar="X",
+    parser.add_argument("--max-usd", type=number_in(0.0, kind=float), default=DEFAULT_MAX_USD,
+                        metavar="X",
                         help=f"hard spend cap in USD (default: {DEFAULT_MAX_USD:.2f})")
     parser.set_defaults(func=run)
 

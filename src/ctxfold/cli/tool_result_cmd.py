@@ -11,6 +11,9 @@ import argparse
 import sys
 from typing import Any
 
+from ctxfold.capabilities.tool_result import PAGE_MAX
+from ctxfold.cli.common import number_in
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -24,9 +27,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("session", metavar="SESSION", help="session id")
     parser.add_argument("call_id", metavar="CALL_ID", help="tool_call_id of the tool result")
-    parser.add_argument("--offset", type=int, default=0, metavar="N",
+    parser.add_argument("--offset", type=number_in(0), default=0, metavar="N",
                         help="UTF-8 byte offset of the page (default 0)")
-    parser.add_argument("--limit", type=int, default=None, metavar="N",
+    parser.add_argument("--limit", type=number_in(1, PAGE_MAX), default=None, metavar="N",
                         help="page size in bytes (default 16384, max 24576)")
     parser.add_argument("--result-ref", default=None, metavar="REF",
                         help="result_ref from the truncation marker (tr-…)")

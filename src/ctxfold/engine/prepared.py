@@ -9,7 +9,8 @@ from typing import Any, Protocol
 import attrs
 
 from ctxfold.interop.chat import tool_schema_to_openai
-from ctxfold.interop.responses import chat_messages, input_items, tool_item
+from ctxfold.interop.parts import chat_messages
+from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Estimator
 from ctxfold.kernel.outcome import Outcome, PrepareAction
 from ctxfold.kernel.state import CacheState, Projection, label_cache

@@ -61,6 +61,10 @@ def _content(data: Mapping[str, Any], where: str, lossless: bool) -> dict[str, A
         if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
             raise MessageError(f"{where}.content[{i}]: a part must be an object with a string "
                                f"'type', got {part!r:.60}")
+        if part["type"] in ("text", "input_text", "output_text") and not isinstance(
+                part.get("text"), str):
+            raise MessageError(f"{where}.content[{i}].text: a {part['type']} part needs a "
+                               f"string 'text', got {part.get('text')!r:.40}")
     return {"parts": tuple(dumps(part) for part in content)}
 
 

@@ -216,7 +216,9 @@ def print_report(sessions: Sequence[SessionResult], *, profile: str, window: int
         f"totals — {len(sessions)} session(s), profile {profile}, {budget}", summed, plain,
         caption=(f"unlimited (keep everything, perfect cache, fidelity 100%): ${unlimited:.4f}."
                  " ◆ = on the cost × fidelity Pareto front; vs ctxfold = cost ÷ ctxfold's on "
-                 "the (n) sessions both completed" + ("; * = best of column" if plain else "")),
+                 "the (n) sessions both completed" + ("; * = best of column" if plain else "")
+                 + ". Offline: recorded replies, summaries by the extractive summarizer, cache "
+                 "and prices modelled — no model was called."),
         vs=paired(sessions) if len(sessions) > 1 else None, costs=paired_costs(sessions),
     ))
     console.print("cost breakdown (one scale for all policies):")

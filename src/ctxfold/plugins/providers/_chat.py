@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxfold.interop.chat import tool_schema_to_openai
-from ctxfold.interop.responses import CHAT_PARTS
-from ctxfold.interop.responses import chat_messages as wire_messages
+from ctxfold.interop.parts import CHAT_PARTS
+from ctxfold.interop.parts import chat_messages as wire_messages
 from ctxfold.interop.usage import chat_usage
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
 from ctxfold.message_checks import repaired_message
@@ -21,7 +21,7 @@ from ctxfold.transport.errors import bad_payload, error_from_payload, load_json,
 
 def chat_messages(messages: Sequence[Message], part_types: frozenset[str] = CHAT_PARTS,
                   target: str = "chat completions") -> list[dict[str, Any]]:
-    """Provider-visible chat messages (:func:`ctxfold.interop.responses.chat_messages`: parts
+    """Provider-visible chat messages (:func:`ctxfold.interop.parts.chat_messages`: parts
     in their chat form, a part type outside ``part_types`` an error naming it).
     ``reasoning_content`` is replayed only on assistant turns that made tool calls: DeepSeek
     and MiMo reject a thinking-mode request whose tool-call turns lack it, and ignore it
