@@ -179,7 +179,17 @@ def test_usage_in_every_shape_and_why_one_was_ignored(tmp_path) -> None:
     ignored = cm.observe_usage({"tokens": 3})
     assert not ignored and "neither prompt_tokens" in ignored.reason
     small = cm.observe_usage({"prompt_tokens": 5})
-    assert not small and "declined" in small.reason
+    assert not small and "5 prompt tokens is under 256" in small.reason
+    other = cm.observe_usage({"prompt_tokens": 90_000})  # another request's count
+    assert not other and "do not fit the prepared request" in other.reason
+    assert "image" not in small.reason + other.reason  # only the rule that applied
+
+
+def test_the_refusal_names_the_estimators_own_threshold() -> None:
+    from ctxfold.engine import prepared
+    from ctxfold.plugins.estimators import rules
+
+    assert prepared.MIN_CALIBRATION_TOKENS == rules.MIN_CALIBRATION_TOKENS
 
 
 def test_parts_convert_only_when_they_cross_formats() -> None:
@@ -358,3 +368,32 @@ def test_a_call_without_id_or_a_text_part_without_text_is_refused(tmp_path, bad,
     with pytest.raises(MessageError, match=where):
         cm.append({"role": "user", "content": "go"}, bad)
     assert cm.canonical == ()
+
+
+def test_an_sdk_message_keeps_its_null_content(tmp_path) -> None:
+    import pydantic  # the OpenAI SDK's models (openai is a dev dependency)
+
+    class Function(pydantic.BaseModel):
+        name: str
+        arguments: str
+
+    class Call(pydantic.BaseModel):
+        id: str
+        type: str
+        function: Function
+
+    class SdkMessage(pydantic.BaseModel):  # the shape of the SDK's ChatCompletionMessage
+        role: str
+        content: str | None = None
+        refusal: str | None = None
+        tool_calls: list[Call] | None = None
+
+    reply = SdkMessage.model_validate({"role": "assistant", "content": None, "refusal": None,
+                                       "tool_calls": [{"id": "c1", "type": "function",
+                                                       "function": {"name": "bash",
+                                                                    "arguments": "{}"}}]})
+    cm = open_cm(tmp_path)
+    cm.append({"role": "user", "content": "go"}, reply)
+    assert cm.prepare().to_openai()["messages"][1] == {
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}

@@ -3,6 +3,7 @@ observation."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -14,7 +15,14 @@ from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Estimator
 from ctxfold.kernel.outcome import Outcome, PrepareAction
 from ctxfold.kernel.state import CacheState, Projection, label_cache
-from ctxfold.kernel.types import Message, RequestShape, ToolSchema, Usage, parse_time
+from ctxfold.kernel.types import (
+    TEXT_PART_TYPES,
+    Message,
+    RequestShape,
+    ToolSchema,
+    Usage,
+    parse_time,
+)
 
 
 @attrs.frozen
@@ -115,17 +123,30 @@ def calibrate(estimator: Estimator, shape: RequestShape | None, usage: Usage
                                        "nothing to calibrate against")
     if estimator.calibrate(shape, usage):
         return UsageObservation(True, "recorded and calibrated")
-    return UsageObservation(False, calibration_refusal(usage))
+    return UsageObservation(False, calibration_refusal(usage, shape))
 
 
-def calibration_refusal(usage: Usage) -> str:
-    """Why an estimator declined to calibrate from ``usage`` (SPEC §3.1)."""
+#: The built-in estimators' smallest calibrating prompt (``MIN_CALIBRATION_TOKENS``; a test
+#: keeps the two equal), named in the refusal.
+MIN_CALIBRATION_TOKENS = 256
+
+
+def calibration_refusal(usage: Usage, shape: RequestShape | None = None) -> str:
+    """Why an estimator declined to calibrate from ``usage`` (SPEC §3.1): the rule of the
+    built-in estimators that applied, when one can be told from ``shape``."""
     if usage.estimated or usage.aggregated:
         return "recorded; not calibrated: the counts are estimated or summed over requests"
-    return (f"recorded; the estimator declined to calibrate from {usage.prompt_tokens} prompt "
-            "tokens (the built-in estimators ignore prompts under 256 tokens, requests with "
-            "image, audio or file parts, and counts outside 0.05–2 tokens per character of the "
-            "prepared request, which belong to another request)")
+    if usage.prompt_tokens < MIN_CALIBRATION_TOKENS:
+        return (f"recorded; not calibrated: {usage.prompt_tokens} prompt tokens is under "
+                f"{MIN_CALIBRATION_TOKENS} (template overheads dominate so small a request)")
+    if shape is not None and any(
+            json.loads(raw).get("type") not in TEXT_PART_TYPES
+            for m in shape.messages for raw in m.parts):
+        return ("recorded; not calibrated: the request has image, audio or file parts, which "
+                "the provider counts by its own rule")
+    return (f"recorded; not calibrated: {usage.prompt_tokens} prompt tokens do not fit the "
+            "prepared request (outside 0.05–2 tokens per character: they belong to another "
+            "request), or the estimator declined them")
 
 
 @attrs.frozen

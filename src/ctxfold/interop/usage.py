@@ -58,14 +58,21 @@ def responses_usage(data: Any) -> Usage:
 
 
 def as_mapping(value: Any) -> Mapping[str, Any] | None:
-    """A dict for an SDK object (``model_dump``), or the mapping itself; else ``None``."""
+    """A dict for an SDK object (``model_dump``), or the mapping itself; else ``None``. Null
+    fields are left out, except a ``content: null`` the object was given (an assistant turn
+    that only calls tools), which is part of the message."""
     if isinstance(value, Mapping):
         return value
     dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        dumped = dump(exclude_none=True)
-        return dumped if isinstance(dumped, Mapping) else None
-    return None
+    if not callable(dump):
+        return None
+    dumped = dump(exclude_none=True)
+    if not isinstance(dumped, Mapping):
+        return None
+    fields_set = getattr(value, "model_fields_set", ())
+    if "content" in fields_set and getattr(value, "content", "") is None:
+        dumped = {**dumped, "content": None}
+    return dumped
 
 
 def usage_from(value: Any) -> tuple[Usage | None, str]:
