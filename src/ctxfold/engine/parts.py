@@ -179,7 +179,8 @@ def build_parts(
         summarizer = CallableSummarizer(summarize)
     if summarizer is None and provider is None:
         refuse_loopback_summaries(resolved, registry)
-    own = getattr(provider, "cache_ttl_minutes", 0)  # a provider knows its own cache
+    # A provider knows its own cache; a host's stand-in may not say (then the config's TTL).
+    own = getattr(provider, "cache_ttl_minutes", 0)
     ttl = cache_ttl_minutes or (
         own if not config.provider.cache_ttl_minutes and isinstance(own, int) and own > 0
         else resolved.provider.cache_ttl_minutes

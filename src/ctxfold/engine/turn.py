@@ -31,7 +31,7 @@ import attrs
 
 from ctxfold.engine.prepared import PreparedRequest
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import AsyncProvider, Estimator, Provider
+from ctxfold.kernel.contracts import AsyncProvider, Estimator, Provider, ShowsBody
 from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError, CtxfoldError
 from ctxfold.kernel.fold import PROTOCOL_RESERVE, TAIL_RATIO
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, RequestShape, Trigger, Usage
@@ -287,6 +287,6 @@ def before_request(hooks: Any, session_id: str, provider: Provider, request: Cha
     """Call the ``ctxfold_before_request`` observers with the body about to be sent."""
     if hooks is None:
         return
-    body_of = getattr(provider, "body", None)
-    body = body_of(request) if callable(body_of) else {"messages": request.messages}
+    body = provider.body(request) if isinstance(provider, ShowsBody) else {
+        "messages": request.messages}
     hooks.ctxfold_before_request(session_id=session_id, request=body)

@@ -134,12 +134,10 @@ class CheckpointReview(Protocol):
 
 @runtime_checkable
 class Store(Protocol):
-    """Durable storage of canonical transcripts and sidecars.
-
-    ``append`` lands a batch whole or not at all; ``write_sidecar`` is atomic and
-    ``replace_sidecar`` a compare-and-swap; ``revision`` tells a process that another one
-    wrote; session ids are validated before any storage location is derived from them.
-    """
+    """Durable storage of canonical transcripts and sidecars. ``append`` lands a batch whole
+    or not at all; ``write_sidecar`` is atomic and ``replace_sidecar`` a compare-and-swap;
+    ``revision`` tells a process that another one wrote; session ids are validated before any
+    storage location is derived from them."""
 
     def exists(self, session_id: str) -> bool: ...
     def create(self, session_id: str) -> None: ...
@@ -214,6 +212,13 @@ class AsyncProvider(Provider, Protocol):
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` without blocking the event loop."""
         ...
+
+
+@runtime_checkable
+class ShowsBody(Protocol):
+    """A provider that can show the exact body it would send (``ctxfold_before_request``)."""
+
+    def body(self, request: ChatRequest) -> dict[str, Any]: ...
 
 
 class StreamAssembler(Protocol):
