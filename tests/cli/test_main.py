@@ -24,6 +24,7 @@ USAGE_ERRORS = [
     ["estimate", "x.jsonl", "--estimator", "nope"],
     ["estimate", "x.jsonl", "--format", "nope"],
     ["smoke", "seed", "--max-usd", "-1"],
+    ["smoke", "seed", "--max-usd", "nan"],
     ["inspect", "--window", "abc", "demo"],
     ["sessions", "rewind", "demo", "x"],  # argparse's own
     ["nope"],

@@ -397,3 +397,13 @@ def test_an_sdk_message_keeps_its_null_content(tmp_path) -> None:
     assert cm.prepare().to_openai()["messages"][1] == {
         "role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
+
+
+def test_a_provider_reply_with_an_unnamed_call_is_still_recorded(tmp_path) -> None:
+    from ctxfold import Message, ToolCall
+
+    cm = open_cm(tmp_path)
+    cm.append({"role": "user", "content": "go"})
+    reply = Message(role="assistant", content="", tool_calls=(ToolCall("call_0", "", "{}"),))
+    cm.append(reply)  # what complete() does with an upstream reply: it was paid for
+    assert cm.canonical[-1].tool_calls[0].id == "call_0"

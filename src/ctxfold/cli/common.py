@@ -36,7 +36,8 @@ def number_in(low: float, high: float | None = None, *, kind: type = int) -> Any
         except ValueError:
             what = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if value < low or (high is not None and value > high):
+        if value != value or value in (float("inf"), float("-inf")) or value < low or (
+                high is not None and value > high):  # nan/inf would defeat any cap
             allowed = f"{low} to {high}" if high is not None else f"at least {low}"
             raise argparse.ArgumentTypeError(f"{text} is out of range (allowed: {allowed})")
         return value

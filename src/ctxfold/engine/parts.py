@@ -58,17 +58,11 @@ def call_ids(messages: Sequence[Message]) -> set[str]:
 
 
 def check_pairing(batch: Sequence[Message], known: set[str], where: str) -> set[str]:
-    """The call ids ``batch`` adds; :class:`MessageError` for a tool call without an id or a
-    name, or a tool result that answers no tool call made before it (in the transcript or
-    earlier in the batch)."""
+    """The call ids ``batch`` adds; :class:`MessageError` for a tool result that answers no
+    tool call made before it (in the transcript or earlier in the batch)."""
     added: set[str] = set()
     for i, message in enumerate(batch):
         if message.role == "assistant":
-            for j, call in enumerate(message.tool_calls):
-                if not call.id or not call.name:  # its result could never name it
-                    raise MessageError(f"{where}[{i}].tool_calls[{j}]: a tool call needs a "
-                                       f"non-empty id and name, got id={call.id!r} "
-                                       f"name={call.name!r}")
             added.update(call.id for call in message.tool_calls)
         elif message.role == "tool":
             call_id = message.tool_call_id
@@ -89,6 +83,15 @@ def checked_batch(messages: Sequence[Any], known: set[str], where: str
     raises :class:`MessageError` naming its index and field: nothing is appended."""
     try:
         converted = to_messages(messages, where=where)
+        # Host dicts, items and SDK objects must name their calls; ctxfold messages (a
+        # provider's reply recorded by complete(), already billed) are kept as they are.
+        hosted = [] if all(isinstance(g, Message) for g in messages) else converted
+        for i, message in enumerate(hosted):
+            for j, call in enumerate(message.tool_calls):
+                if not call.id or not call.name:  # its result could never name it
+                    raise MessageError(f"{where}[{i}].tool_calls[{j}]: a tool call needs a "
+                                       f"non-empty id and name, got id={call.id!r} "
+                                       f"name={call.name!r}")
         calls = check_pairing(converted, known, where)
         for i, message in enumerate(converted):
             check_message(message, where=f"{where}[{i}]")
