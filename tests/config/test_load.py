@@ -257,3 +257,11 @@ def test_every_key_is_documented() -> None:
         assert f"[{section.name}]" in text
         for field in attrs.fields(section.type):  # type: ignore[arg-type]
             assert f"`{field.name}`" in text, f"{section.name}.{field.name} is not documented"
+
+
+def test_disabling_a_kinds_default_plugin_says_so(dirs: dict[str, Path]) -> None:
+    disabled = make_plugin_manager(["estimators.deepseek"], load_entry_points=False)
+    with pytest.raises(ConfigError, match=r"estimator\.name is empty and no registered "
+                                          r"estimator declares itself the default \(was it "
+                                          r"disabled"):
+        _load(dirs, registry=Registry(disabled))

@@ -44,7 +44,7 @@ from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
 from ctxfold.kernel.contracts import ConfigMigration
 from ctxfold.kernel.errors import ConfigError, ConfigSyntaxError, PluginError
 from ctxfold.kernel.kinds import KIND_BY_NAME
-from ctxfold.kernel.registry import STRATEGY_KEYS, Registry, provider_fill, strategy_fill
+from ctxfold.kernel.registry import STRATEGY_KEYS, Registry
 from ctxfold.secrets import holds_a_secret_not_a_name, show_value
 
 ENV_PREFIX = "CTXFOLD_"
@@ -262,19 +262,13 @@ def load_config(
 
 
 def _fill_defaults(config: Config, sources: dict[str, str], registry: Registry | None) -> Config:
-    """``config`` with the strategy names it leaves empty set to the defaults the plugins
-    declare, and the ``[provider]`` values it leaves unset taken from the provider's declared
-    defaults; ``sources`` records ``plugin default (…)`` / ``provider default (<name>)`` for
-    each. An unknown name is left for :func:`validate_strategy_names` to report."""
+    """:meth:`Registry.resolve` of ``config``, recording in ``sources`` where each filled value
+    came from. An unknown name is left for :func:`validate_strategy_names` to report."""
     try:
         registry = registry or Registry.from_config(config)
-        config = strategy_fill(config, registry, sources)
-        filled = provider_fill(config, registry.provider_defaults(config))
+        return registry.resolve(config, sources)
     except PluginError:
         return config
-    for key in filled:
-        sources[f"provider.{key}"] = f"provider default ({config.provider.name})"
-    return attrs.evolve(config, provider=attrs.evolve(config.provider, **filled))
 
 
 def validate_strategy_names(loaded: LoadedConfig, registry: Registry) -> None:
@@ -286,7 +280,12 @@ def validate_strategy_names(loaded: LoadedConfig, registry: Registry) -> None:
         section, _, name = dotted.partition(".")
         value = getattr(getattr(loaded.config, section), name)
         names = registry.names(KIND_BY_NAME[kind])
-        if value not in names:
+        if not value:  # left to the kind's default, and no plugin declares one
+            problems.append(f"{loaded.sources.get(dotted, DEFAULT_SOURCE)}: {dotted} is empty "
+                            f"and no registered {kind} declares itself the default (was it "
+                            "disabled in [plugins] disabled?); name one: "
+                            f"{', '.join(names) or '(none registered)'}")
+        elif value not in names:
             available = ", ".join(names) or "(none registered)"
             problems.append(f"{loaded.sources.get(dotted, DEFAULT_SOURCE)}: {dotted} = "
                             f"{value!r} is not a registered {kind}; available: {available} "

@@ -196,12 +196,18 @@ class Registry:
             )
         return resolved
 
-    def resolve(self, config: Config) -> Config:
+    def resolve(self, config: Config, sources: dict[str, str] | None = None) -> Config:
         """``config`` with every strategy name it leaves empty set to its kind's default and
         every ``[provider]`` value it leaves unset (empty or 0) filled in from what the selected
-        provider declares; explicit values win."""
-        config = strategy_fill(config, self)
+        provider declares; explicit values win. ``sources`` (when given) records where each
+        filled value came from (``plugin default (…)``, ``provider default (<name>)``)."""
+        found: dict[str, str] = {}  # recorded only once everything resolved
+        config = strategy_fill(config, self, found)
         filled = provider_fill(config, self.provider_defaults(config))
+        if sources is not None:
+            sources.update(found)
+            sources.update({f"provider.{key}": f"provider default ({config.provider.name})"
+                            for key in filled})
         if not filled:
             return config
         return attrs.evolve(config, provider=attrs.evolve(config.provider, **filled))
