@@ -18,9 +18,9 @@ PUBLIC = {
     "UsageObservation",
     # configuration
     "load_config", "LoadedConfig", "Config",
-    # replaying recorded sessions; the loopback emulator (tests, demos); the store extension
+    # replaying recorded sessions; the loopback emulator (tests, demos); the store extensions
     "replay_paths", "ReplaySettings", "Emulator", "EmulatorOptions", "Fault", "ReplySpec",
-    "CountStore",
+    "CountStore", "PrefixStore", "Transcript", "LazyLines",
     # value types
     "Message", "ToolCall", "ToolSchema", "Usage", "ChatRequest", "ChatResponse",
     "SummaryRequest", "SummaryResult", "Projection", "Receipt", "CacheState", "SidecarState",

@@ -52,6 +52,9 @@ _EXPORTS = {
     "Fault": "ctxfold.emulator.faults",
     "ReplySpec": "ctxfold.emulator.script",
     "CountStore": "ctxfold.engine.counts",
+    "LazyLines": "ctxfold.engine.transcript",
+    "PrefixStore": "ctxfold.engine.transcript",
+    "Transcript": "ctxfold.engine.transcript",
     "ReplaySettings": "ctxfold.replay",
     "LoadedConfig": "ctxfold.config.load",
     "Config": "ctxfold.kernel.config",
@@ -110,6 +113,7 @@ if TYPE_CHECKING:  # pragma: no cover
         to_openai,
         to_responses,
     )
+    from ctxfold.engine.transcript import LazyLines, PrefixStore, Transcript
     from ctxfold.importing import SessionBuilder, import_session
     from ctxfold.interop.chat import message_from_openai, message_to_openai
     from ctxfold.kernel.config import Config

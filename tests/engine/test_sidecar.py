@@ -16,7 +16,7 @@ from ctxfold.kernel.codec import message_from_dict
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import SidecarCodec
 from ctxfold.kernel.errors import SidecarVersionError
-from ctxfold.kernel.fingerprint import covered_prefix_hash
+from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash, fingerprint
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.state import SidecarState
@@ -24,7 +24,10 @@ from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs import FsStore, StoreWarning
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"
+#: The flat fingerprint of the fixtures' 4 covered messages (what sidecars held before the
+#: covered-prefix hash became a chain) and the chain those load as.
 BOUNDED_HASH = "cbf27bb5284b860074aa45bd88792d14"
+CHAIN_HASH = "b3b03dd557b1b88c1ff8c375f9cef83e"
 
 
 @pytest.fixture
@@ -56,7 +59,8 @@ def install(store: FsStore, name: str) -> Path:
 
 def test_fixture_hashes_match_the_fingerprint(canonical: list[Message]) -> None:
     # If this fails, fingerprint.py changed and every stored projection would be invalid.
-    assert covered_prefix_hash(canonical, 4) == BOUNDED_HASH
+    assert fingerprint(canonical[:4]) == BOUNDED_HASH
+    assert covered_prefix_hash(canonical, 4) == chain_hash(canonical[:4]) == CHAIN_HASH
 
 
 def test_missing_sidecar_is_a_fresh_state(store: FsStore, codec: SidecarCodec,
@@ -74,7 +78,8 @@ def test_valid_projection_is_kept_without_notice(
     state, notices = load_sidecar(store, codec, "s", canonical)
     assert notices == []
     assert state.projection is not None and state.projection.covered_count == 4
-    assert state.projection.covered_prefix_hash == BOUNDED_HASH
+    # an older sidecar's flat hash is re-normalised to the chain (persisted by the next save)
+    assert state.projection.covered_prefix_hash == CHAIN_HASH
     assert (store.root / "s.context.json").read_bytes() == before  # load never writes
 
 
@@ -135,7 +140,7 @@ def test_promoted_hash_is_renormalised(
     install(store, "v3_promoted.json")
     state, notices = load_sidecar(store, codec, "s", canonical)
     assert state.projection is not None
-    assert state.projection.covered_prefix_hash == BOUNDED_HASH
+    assert state.projection.covered_prefix_hash == CHAIN_HASH
     assert state.projection.covered_count == 4
     assert len(state.projection.messages) == 2
     assert len(notices) == 1 and "re-normalised" in notices[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from ctxfold.kernel.fingerprint import covered_prefix_hash, fingerprint
+from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash, fingerprint
 from ctxfold.kernel.types import Message, ToolCall
 
 BASE = [
@@ -68,7 +68,7 @@ def test_a_new_list_at_a_freed_list_s_address_is_hashed_from_its_own_messages() 
     # CPython reuses a freed list's address at once: the prefix memo must not take a new list
     # ending in the same message object for the old one.
     other = attrs.evolve(BASE[1], content="another task")
-    expected = {False: fingerprint(BASE), True: fingerprint([BASE[0], other, *BASE[2:]])}
+    expected = {False: chain_hash(BASE), True: chain_hash([BASE[0], other, *BASE[2:]])}
     for i in range(200):
         swap = i % 2 == 1
         messages = [BASE[0], other if swap else BASE[1], *BASE[2:]]

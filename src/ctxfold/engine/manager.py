@@ -24,7 +24,6 @@ from ctxfold.engine.counts import PersistedCounts
 from ctxfold.engine.parts import (
     LoadedSession,
     SessionParts,
-    call_ids,
     checked_batch,
     load_session,
     with_model,
@@ -40,6 +39,7 @@ from ctxfold.engine.prepared import (
 from ctxfold.engine.review import Reviewer
 from ctxfold.engine.summarizing import asummarize
 from ctxfold.engine.sync import Watch
+from ctxfold.engine.transcript import CallIds, Transcript, count_role, vouch
 from ctxfold.interop.usage import usage_from
 from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.config import Config
@@ -88,13 +88,14 @@ class ContextManager:
         self._last_shape: RequestShape | None = None
         self._take(loaded.canonical)
 
-    def _take(self, canonical: list[Message]) -> None:
+    def _take(self, canonical: Transcript) -> None:
         """Work from ``canonical`` (loaded, re-read, or after a rewind)."""
         self._canonical = canonical
-        self._call_ids = call_ids(canonical)
-        # A turn is one model request: it ends when the assistant's answer is appended.
-        self._turn = sum(1 for m in canonical if m.role == "assistant")
+        self._call_ids = CallIds(canonical)
+        self._turn = count_role(canonical, "assistant")  # a turn ends with the answer
         self._views.reset()
+        vouch(self.store, self.session_id, canonical, self.state.projection,
+              self._watch.revision)
 
     def _sync(self) -> None:
         """Before working from memory: take over what another process committed."""
@@ -164,7 +165,7 @@ class ContextManager:
             self._sync()
             batch, calls = checked_batch(messages, self._call_ids, where)
             self._watch.appended(self.store.append(self.session_id, batch))
-            self._call_ids |= calls
+            self._call_ids.add(calls)
             self._canonical.extend(batch)
             self._committer.transcript_version += 1
             self._turn += sum(1 for m in batch if m.role == "assistant")
@@ -199,9 +200,8 @@ class ContextManager:
         )
         return maintenance.maintain(context, view, tokens)
 
-    def _reread(self) -> list[Message]:
-        """After another process won a compare-and-swap: take over the stored transcript
-        and sidecar state, its projection validated against that transcript."""
+    def _reread(self) -> Transcript:
+        """After a lost compare-and-swap: take over the stored transcript and sidecar."""
         self._watch.stale = True
         self._sync()
         return self._canonical
@@ -213,7 +213,9 @@ class ContextManager:
         prepared = PreparedRequest.of(outcome, self.tools, self.state.projection,
                                       self.trigger_tokens)
         self._last_shape = RequestShape(prepared.messages, self.tools)
-        self._counts.save()
+        self._counts.save()  # caches, so the next open reads neither counts nor covered lines
+        vouch(self.store, self.session_id, self._canonical, self.state.projection,
+              self._watch.revision)
         if outcome.error is not None:
             raise outcome.error
         hooks = self._committer.hooks
@@ -275,8 +277,7 @@ class ContextManager:
         self._committer.state = attrs.evolve(self.state, prompt_cache_key=key)
 
     def use_capability(self, arguments: Any) -> str:
-        """Answer a model's ``use_capability`` tool call from this session's own transcript
-        only. Errors come back as text for the model."""
+        """Answer a ``use_capability`` call from this transcript; errors as text."""
         with self._lock:
             self._sync()
             return handle_use_capability(self._canonical, arguments)
@@ -336,7 +337,7 @@ class ContextManager:
             self._sync()
             self.store.rewind(self.session_id, upto)
             self._watch.revision = self.store.revision(self.session_id)
-            self._take(self._canonical[:upto])
+            self._take(Transcript(self._canonical[:upto]))
             self._committer.after_rewind(self._canonical)
 
     def fork(self, target_id: str, upto: int | None = None) -> ContextManager:

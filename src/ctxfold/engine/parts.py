@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from ctxfold.engine.summarizing import (
     asummarize,
     refuse_loopback_summaries,
 )
+from ctxfold.engine.transcript import Transcript, load_canonical
 from ctxfold.interop.coerce import to_messages, to_tools
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.config import Config
@@ -52,12 +53,7 @@ def prompt_cache_key(config: Config, session_id: str, workspace: str | None = No
     return f"{workspace}|{session_id}|{config.provider.model}"
 
 
-def call_ids(messages: Sequence[Message]) -> set[str]:
-    """The ids of every tool call the assistant messages of ``messages`` made."""
-    return {call.id for m in messages if m.role == "assistant" for call in m.tool_calls}
-
-
-def check_pairing(batch: Sequence[Message], known: set[str], where: str) -> set[str]:
+def check_pairing(batch: Sequence[Message], known: Container[str], where: str) -> set[str]:
     """The call ids ``batch`` adds; :class:`MessageError` for a tool result that answers no
     tool call made before it (in the transcript or earlier in the batch)."""
     added: set[str] = set()
@@ -76,7 +72,7 @@ def check_pairing(batch: Sequence[Message], known: set[str], where: str) -> set[
     return added
 
 
-def checked_batch(messages: Sequence[Any], known: set[str], where: str
+def checked_batch(messages: Sequence[Any], known: Container[str], where: str
                   ) -> tuple[list[Message], set[str]]:
     """``messages`` (ctxfold or OpenAI forms) as a batch ready to append — checked as loading
     will read them back, tool results bounded — and the call ids it adds. A malformed one
@@ -214,7 +210,7 @@ class LoadedSession:
     loading produced (a sidecar set aside, a projection dropped) and the transcript's store
     revision, taken before it was read."""
 
-    canonical: list[Message]
+    canonical: Transcript
     committer: Committer
     notices: tuple[str, ...]
     revision: str
@@ -228,7 +224,7 @@ def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
             raise SessionError(f"session {session_id!r} does not exist in the store")
         store.create(session_id)
     revision = store.revision(session_id)
-    canonical = store.load(session_id)
+    canonical = load_canonical(store, session_id)
     state, notices = load_sidecar(store, codec, session_id, canonical)
     if not state.prompt_cache_key:
         key = prompt_cache_key(parts.config, session_id, parts.workspace)
@@ -262,9 +258,8 @@ def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
         hooks=parts.registry.pm.hook,
         session_id=session_id,
     )
-    # The very list the projection was validated against: its covered-prefix hash is then
-    # extended, not recomputed, by the next install (kernel.fingerprint).
-    canonical = canonical if isinstance(canonical, list) else list(canonical)
+    # The very transcript the projection was validated against: its covered-prefix hash is
+    # then extended, not recomputed, by the next install (kernel.fingerprint).
     return LoadedSession(canonical=canonical, committer=committer, notices=tuple(notices),
                          revision=revision)
 

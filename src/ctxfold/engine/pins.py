@@ -22,6 +22,7 @@ import attrs
 
 from ctxfold.capabilities.session_message import resolve
 from ctxfold.engine.probes import constraint_sentences, is_user_written
+from ctxfold.engine.transcript import with_role
 from ctxfold.kernel.errors import MessageError, ToolResultError
 from ctxfold.kernel.types import Message, PinBlock
 
@@ -85,7 +86,10 @@ def new_pin(canonical: Sequence[Message], text: str | None, message_id: str | No
         text, source_id = canonical[source].text, canonical[source].id
     assert text is not None
     record = pin_record(text, reason=reason, source=source, source_id=source_id)
-    pins, _ = standing_rules([*canonical, record], 0, extract=False)
+    pins, _ = standing_rules(canonical, 0, extract=False)
+    new = _pinned(len(canonical), record)
+    if new is not None and all(rule.text != new.text for rule in pins):
+        pins.append(new)
     used = sum(_tokens(count, rule.line()) for rule in pins)
     if used > budget:
         raise MessageError(
@@ -116,13 +120,13 @@ def standing_rules(canonical: Sequence[Message], folded: int, *, extract: bool
     pins: list[Rule] = []
     extracted: list[Rule] = []
     seen: set[str] = set()
-    for position, message in enumerate(canonical):
+    for position, message in with_role(canonical, "user"):  # pins are user-role records
         rule = _pinned(position, message)
         if rule is not None and rule.text not in seen:
             seen.add(rule.text)
             pins.append(rule)
     if extract:
-        for position, message in enumerate(canonical[:folded]):
+        for position, message in with_role(canonical, "user", folded):
             if not is_user_written(message):
                 continue
             for sentence in constraint_sentences(message.text):

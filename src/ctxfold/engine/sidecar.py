@@ -21,7 +21,7 @@ import attrs
 
 from ctxfold.kernel.contracts import SidecarCodec, Store
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
-from ctxfold.kernel.fingerprint import covered_prefix_hash, fingerprint
+from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash, fingerprint
 from ctxfold.kernel.state import SIDECAR_SCHEMA_VERSION, SidecarState
 from ctxfold.kernel.types import Message, utc_now
 
@@ -121,7 +121,8 @@ def validate_projection(
     """Keep, repair or drop ``state.projection`` against ``canonical`` (SPEC §3.5, §4.2).
 
     Valid when the body is non-empty, ``0 < covered_count <= len(canonical)`` and the stored
-    ``covered_prefix_hash`` equals the fingerprint of ``canonical[:covered_count]`` — also
+    ``covered_prefix_hash`` equals the hash of ``canonical[:covered_count]`` (the chain, or
+    the flat fingerprint an older sidecar holds, then re-normalised to the chain) — also
     after substituting the body's own leading system messages for canonical's (a refreshed
     system prompt: the body's system messages are then refreshed from canonical and the hash
     re-normalised). A hash that equals the *promoted* form (tool ``content`` replaced by
@@ -142,17 +143,20 @@ def validate_projection(
             else "it is empty or has no covered-prefix hash"
         )
         return _drop(state, f"{where}saved projection dropped ({why}); using the full transcript")
-    covered = canonical[:count]
     current = covered_prefix_hash(canonical, count)
     if stored == current:
         return state, []
+    covered = list(canonical[:count])
+    if fingerprint(covered) == stored:  # written before the hash became a chain
+        new = attrs.evolve(projection, covered_prefix_hash=current)
+        return attrs.evolve(state, projection=new), []
     body_sys, canon_sys = _leading_system(body), _leading_system(covered)
     candidates: list[tuple[str, Sequence[Message]]] = [("promoted", _promoted(covered))]
     if tuple(body[:body_sys]) != tuple(covered[:canon_sys]):
         refreshed = [*body[:body_sys], *covered[canon_sys:]]
         candidates += [("system", refreshed), ("promoted+system", _promoted(refreshed))]
     for kind, form in candidates:
-        if fingerprint(form) == stored:
+        if stored in (chain_hash(form), fingerprint(form)):
             new_body = body
             if kind != "promoted":
                 new_body = (*covered[:canon_sys], *body[body_sys:])

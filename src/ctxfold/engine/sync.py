@@ -20,9 +20,10 @@ from the transcript.
 from __future__ import annotations
 
 from ctxfold.engine.sidecar import validate_projection
+from ctxfold.engine.transcript import Transcript, load_canonical
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.contracts import Store
-from ctxfold.kernel.types import Appended, Message
+from ctxfold.kernel.types import Appended
 
 
 class Watch:
@@ -42,7 +43,7 @@ class Watch:
             self.stale = True
         self.revision = appended.after
 
-    def resync(self, committer: Committer) -> tuple[list[Message], list[str]] | None:
+    def resync(self, committer: Committer) -> tuple[Transcript, list[str]] | None:
         """``None`` when the stored session did not move since this process last saw it
         (one revision read); else the current transcript and the notices of validating the
         stored projection against it (the committer now holds that state)."""
@@ -51,7 +52,7 @@ class Watch:
         revision = self._store.revision(self._session_id)
         if not (self.stale or committer.adopted or revision != self.revision):
             return None
-        canonical = self._store.load(self._session_id)
+        canonical = load_canonical(self._store, self._session_id)
         stored = committer.reload()
         state, notices = validate_projection(stored or committer.state, canonical,
                                              self._session_id)

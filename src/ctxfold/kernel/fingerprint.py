@@ -5,6 +5,10 @@ each message (role, content, reasoning, tool call id, name, tool calls, and cont
 unnamed fields and role alias when present), hex of the first 16 bytes. ``raw_content`` and
 the local fields (origin, local_only, partial, created_at, id) never participate, and
 ``local_only`` messages are skipped because they are never sent.
+
+The covered-prefix hash of a projection is a chain over those fingerprints
+(:func:`chain_hash`), so it extends from the hash alone; sidecars written before 2026-12
+hold the flat :func:`fingerprint` of the prefix instead (``engine.sidecar`` accepts both).
 """
 
 from __future__ import annotations
@@ -81,39 +85,62 @@ def fingerprint(messages: Iterable[Message]) -> str:
     return h.digest()[:16].hex()
 
 
-#: Running hashes of prefixes seen before: (the list itself, count, its last message, whether
-#: it was empty, the SHA-256 state before the closing bracket). A transcript only grows by
-#: appends (a rewind or re-read gives a new list), so a prefix of the same list ending in the
-#: same message object has the same bytes. The list is held, not its ``id``: a freed list's
-#: address is reused at once, and a new list there may end in the same message object.
-_PREFIXES: list[tuple[Sequence[Message], int, Message, bool, Any]] = []
+#: The value a covered-prefix hash chain starts from (so no prefix hashes to "").
+_CHAIN_SEED = hashlib.sha256(b"ctxfold covered prefix v2").digest()[:16]
+
+#: Prefixes hashed before: (the sequence itself, count, its last message, the hash). A
+#: transcript only grows by appends (a rewind or re-read gives a new sequence), so a prefix
+#: of the same sequence ending in the same message object has the same hash. The sequence
+#: is held, not its ``id``, whose address a new list may reuse at once.
+_PREFIXES: list[tuple[Sequence[Message], int, Message, str]] = []
 _PREFIX_LOCK = threading.Lock()
 _PREFIX_SLOTS = 16
 
 
-def covered_prefix_hash(canonical: Sequence[Message], covered_count: int) -> str:
-    """Fingerprint of ``canonical[:covered_count]``; empty when the count is out of range.
+def chain_hash(messages: Iterable[Message], start: str = "") -> str:
+    """The covered-prefix hash of ``start``'s prefix then ``messages``: a chain ``h =
+    SHA-256(h || fingerprint(m))[:16]`` over the messages not ``local_only``, from a fixed
+    seed (``start`` empty) — so it extends across processes from the hash alone."""
+    h = bytes.fromhex(start) if start else _CHAIN_SEED
+    sha, encode = hashlib.sha256, _ENCODER.encode
+    for message in messages:
+        if not message.local_only:  # the message's fingerprint, as message_fingerprint
+            one = sha(b"[" + encode(visible_fields(message)).encode("utf-8") + b"]")
+            h = sha(h + one.digest()[:16]).digest()[:16]
+    return h.hex()
 
-    Incremental: the hash state of the longest prefix of the same list seen before is
-    extended by the messages after it, so an install (or the validation at open followed
-    by installs) hashes each covered message once, not the whole covered transcript again.
-    """
+
+def remember_prefix(canonical: Sequence[Message], count: int, digest: str) -> None:
+    """Record that ``canonical[:count]`` hashes to ``digest``, for extending it later."""
+    if 0 < count <= len(canonical) and digest:
+        entry = (canonical, count, canonical[count - 1], digest)
+        with _PREFIX_LOCK:
+            _PREFIXES[:] = [e for e in _PREFIXES if e[0] is not canonical][-_PREFIX_SLOTS + 1:]
+            _PREFIXES.append(entry)
+
+
+def covered_prefix_hash(canonical: Sequence[Message], covered_count: int) -> str:
+    """:func:`chain_hash` of ``canonical[:covered_count]`` ("" when out of range), extending
+    the longest prefix of the same sequence hashed before or vouched for by its store
+    (``vouched``: ``ctxfold.engine.transcript``) — an install hashes only new messages."""
     if covered_count <= 0 or covered_count > len(canonical):
         return ""
-    start, first, h = 0, True, None
+    start, digest = 0, ""
+    vouched = getattr(canonical, "vouched", None)
+    if vouched:
+        for count, known in vouched.items():
+            if start < count <= covered_count:
+                start, digest = count, known
     with _PREFIX_LOCK:
-        for key, count, last, empty, state in _PREFIXES:
+        for key, count, last, known in _PREFIXES:
             if (key is canonical and start < count <= covered_count
                     and canonical[count - 1] is last):
-                start, first, h = count, empty, state
-        h = h.copy() if h is not None else hashlib.sha256(b"[")
-    first = _extend(h, canonical[start:covered_count], first)
-    entry = (canonical, covered_count, canonical[covered_count - 1], first, h.copy())
-    with _PREFIX_LOCK:
-        _PREFIXES[:] = [e for e in _PREFIXES if e[0] is not canonical][-_PREFIX_SLOTS + 1:]
-        _PREFIXES.append(entry)
-    h.update(b"]")
-    return h.digest()[:16].hex()
+                start, digest = count, known
+    if start == covered_count:
+        return digest
+    digest = chain_hash(canonical[start:covered_count], digest)
+    remember_prefix(canonical, covered_count, digest)
+    return digest
 
 
 def content_hash(text: str) -> str:

@@ -5,6 +5,7 @@ Files of session ``<id>`` under the store root (see ``docs/formats.md``):
 * ``<id>.jsonl`` — the canonical transcript, one message per line, append-only;
 * ``<id>.context.json`` — the sidecar (written atomically, SPEC §4.2);
 * ``<id>.tokens-<estimator key>`` — the token-count cache (``ctxfold.engine.counts``);
+* ``<id>.prefix`` — the vouched-prefix cache (``fs_prefix``: reopening without decoding);
 * ``<id>.lock`` — the inter-process lock taken by every mutating operation;
 * ``<id>.jsonl.corrupt`` — torn tails recovered from crashed appends (appended, never
   overwritten);
@@ -45,6 +46,7 @@ from ctxfold.plugins.stores.fs_files import (
     stat_key,
 )
 from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
+from ctxfold.plugins.stores.fs_prefix import PrefixFiles, PrefixMemos
 from ctxfold.plugins.stores.fs_sidecar import CountFiles, SidecarFiles, StoreWarning, store_warning
 from ctxfold.session_id import validate_session_id
 
@@ -54,7 +56,7 @@ log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 60.0
 
 
-class FsStore(SidecarFiles, CountFiles):
+class FsStore(SidecarFiles, CountFiles, PrefixFiles):
     """Durable transcripts and sidecars in one directory (implements ``Store``).
 
     Parsed transcripts are cached per session, keyed by the file's (inode, size, mtime_ns),
@@ -65,6 +67,7 @@ class FsStore(SidecarFiles, CountFiles):
         self.root = Path(root)
         self._cache = TranscriptCache()
         self._swept: set[str] = set()
+        self._prefixes = PrefixMemos()
 
     def __repr__(self) -> str:
         return f"FsStore({str(self.root)!r})"
@@ -155,14 +158,7 @@ class FsStore(SidecarFiles, CountFiles):
         so a copy's lines are byte-identical); reads only, a torn tail is left out."""
         path = self.transcript_path(session_id)
         self._stat(session_id)
-        parsed = parse_transcript(self._read(path), path)
-        sizes = parsed.sizes if sum(parsed.sizes) == len(parsed.messages) else ()
-        sizes = sizes or (1,) * len(parsed.messages)
-        out, start = [], 0
-        for size in sizes:
-            out.append(parsed.messages[start:start + size])
-            start += size
-        return out
+        return parse_transcript(self._read(path), path).batches()
 
     def revision(self, session_id: str) -> str:
         """The transcript's ``inode:size:mtime`` (see :func:`_revision`)."""
@@ -177,7 +173,7 @@ class FsStore(SidecarFiles, CountFiles):
             path = self.transcript_path(session_id)
             st = self._stat(session_id)
             cached = self._cache.get(session_id, stat_key(st))
-            if cached is None and st.st_size:
+            if cached is None and st.st_size and not self.known_clean(session_id, st):
                 # Never write after a torn tail — an unfinished line (the new line would merge
                 # into it) or a batch that lost its last lines (it would become a partial
                 # batch in the middle): parse, and repair, first.
@@ -187,6 +183,7 @@ class FsStore(SidecarFiles, CountFiles):
             if not payload:
                 return Appended(before, before)
             after = append_durably(path, payload)
+            self.known_clean(session_id, after, clean=True)
             if cached is not None:
                 self._cache.put(session_id, stat_key(after), (*cached, *messages))
             return Appended(before, revision_of(after))

@@ -196,9 +196,11 @@ def revision_of(st: os.stat_result) -> str:
 
 def side_files_pattern(session_id: str) -> re.Pattern[str]:
     """The names of a session's files besides its transcript and lock: sidecar, discarded
-    sidecars, torn tails, token-count records, temp files of writes in flight."""
+    sidecars, torn tails, token-count and vouched-prefix records, temp files of writes in
+    flight."""
     return re.compile(
-        rf"{re.escape(session_id)}\.(context\.json|jsonl\.corrupt|tokens-[A-Za-z0-9._-]+|"
+        rf"{re.escape(session_id)}\.(context\.json|jsonl\.corrupt|prefix|"
+        rf"tokens-[A-Za-z0-9._-]+|"
         rf"context\.json\.invalid-\d{{8}}T\d{{12}}Z(-\d+)?)"
         rf"|\.{re.escape(session_id)}\.(jsonl|context\.json)\.[^.]+\.tmp"
     )

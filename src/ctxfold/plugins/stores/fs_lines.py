@@ -87,6 +87,15 @@ class ParsedTranscript(NamedTuple):
     #: How many messages each append wrote, in order (sums to ``len(messages)``).
     sizes: tuple[int, ...] = ()
 
+    def batches(self) -> list[list[Message]]:
+        """The messages as the batches they were appended in (one each when unknown)."""
+        sizes = self.sizes if sum(self.sizes) == len(self.messages) else ()
+        out, start = [], 0
+        for size in sizes or (1,) * len(self.messages):
+            out.append(self.messages[start:start + size])
+            start += size
+        return out
+
 
 def _structure(values: list[object], linenos: Sequence[int] | None
                ) -> tuple[list[Message], list[tuple[int, int] | None]]:
@@ -175,8 +184,8 @@ def _parse_lines(body: bytes) -> tuple[list[Message], list[tuple[int, int] | Non
     return _structure(values, linenos)
 
 
-def parse_transcript(data: bytes, path: Path) -> ParsedTranscript:
-    """Parse a whole transcript file.
+def parse_transcript(data: bytes, path: Path, first_line: int = 1) -> ParsedTranscript:
+    """Parse a whole transcript file (or its part from line ``first_line`` on).
 
     An unfinished last line (no newline, or a last line that is not valid UTF-8/JSON) is
     reported as ``torn``; anything wrong before it raises :class:`StoreError` with the line.
@@ -187,8 +196,9 @@ def parse_transcript(data: bytes, path: Path) -> ParsedTranscript:
             messages, places = _parse_body(body)
         except _BadLine as bad:
             if bad.fatal or len(body) < len(data) or bad.stop != len(body):
+                line = bad.lineno + first_line - 1
                 raise StoreError(
-                    f"transcript {path} line {bad.lineno}: {bad.why}. The damage is not a torn "
+                    f"transcript {path} line {line}: {bad.why}. The damage is not a torn "
                     "last line, so ctxfold will not guess: restore the file from a backup or "
                     "remove that line by hand (after copying the file)."
                 ) from None

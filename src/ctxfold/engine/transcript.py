@@ -1,0 +1,222 @@
+"""A canonical transcript whose older messages are decoded when first read.
+
+Reopening a long session should not decode the messages its checkpoint already covers: the
+view needs only the head, the projection body (kept in the sidecar) and the uncovered tail.
+A store that can vouch for a prefix of the transcript — its bytes are those it held when the
+engine last hashed that prefix (:class:`PrefixStore`) — returns a :class:`Transcript` whose
+first messages are still stored lines (:class:`LazyLines`), decoded one by one on first
+access, with the covered-prefix hash of that prefix (``vouched``) so validating the
+checkpoint reads none of them. Everything that walks the whole transcript still works, at
+the price of decoding it; the walks on the hot path (roles for turn counts and pins, call ids
+for pairing) read roles from the lines without decoding them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
+from typing import Protocol, overload, runtime_checkable
+
+from ctxfold.kernel.errors import CtxfoldError
+from ctxfold.kernel.state import Projection
+from ctxfold.kernel.types import Message
+
+
+class LazyLines(Protocol):
+    """The stored lines of a transcript prefix, decoded on demand by their store."""
+
+    def __len__(self) -> int: ...
+
+    def decode(self, index: int) -> Message:
+        """Message ``index``; :class:`~ctxfold.StoreError` naming the line if it is bad."""
+        ...
+
+    def roles(self) -> Sequence[str]:
+        """The role of each message read from its line without decoding it; ``""`` where
+        the line does not show it plainly."""
+        ...
+
+
+@runtime_checkable
+class PrefixStore(Protocol):
+    """The optional store extension for reopening long sessions quickly."""
+
+    def load_transcript(self, session_id: str) -> Sequence[Message]:
+        """The canonical transcript, like ``load``, maybe a :class:`Transcript` whose
+        vouched prefix is not decoded yet."""
+        ...
+
+    def vouch_prefix(self, session_id: str, count: int, prefix_hash: str,
+                     revision: str) -> None:
+        """Remember that the first ``count`` messages, as stored at ``revision``, have
+        covered-prefix hash ``prefix_hash`` (a cache: nothing when the transcript is no
+        longer at ``revision``; no durability needed)."""
+        ...
+
+
+class Transcript(Sequence[Message]):
+    """The canonical transcript of an open session: append-only in memory, its first
+    ``len(lazy)`` messages decoded on first access. ``vouched`` maps prefix lengths to the
+    covered-prefix hashes the store vouched for (``kernel.fingerprint`` extends them)."""
+
+    __slots__ = ("_items", "_lazy", "_undecoded", "vouched")
+
+    def __init__(self, messages: Iterable[Message] = (), *, lazy: LazyLines | None = None,
+                 vouched: Mapping[int, str] | None = None) -> None:
+        count = len(lazy) if lazy is not None else 0
+        self._items: list[Message | None] = [None] * count
+        self._items.extend(messages)
+        self._lazy = lazy if count else None
+        self._undecoded = count
+        self.vouched: dict[int, str] = dict(vouched or {})
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _at(self, index: int) -> Message:
+        message = self._items[index]
+        if message is None:
+            assert self._lazy is not None
+            message = self._lazy.decode(index)
+            self._items[index] = message
+            self._undecoded -= 1
+            if not self._undecoded:
+                self._lazy = None  # every line decoded: let the stored bytes go
+        return message
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            if not self._undecoded:
+                return self._items[index]  # type: ignore[return-value]
+            return [self._at(i) for i in range(*index.indices(len(self._items)))]
+        if index < 0:
+            index += len(self._items)
+        if not 0 <= index < len(self._items):
+            raise IndexError("transcript index out of range")
+        return self._at(index)
+
+    def __iter__(self) -> Iterator[Message]:
+        if not self._undecoded:
+            return iter(self._items)  # type: ignore[arg-type]
+        return (self._at(i) for i in range(len(self._items)))
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        """Append ``messages`` (the transcript only grows; a rewind makes a new one)."""
+        self._items.extend(messages)
+
+    def role(self, index: int) -> str:
+        """The role of message ``index``, decoding it only when its line does not show it."""
+        message = self._items[index]
+        if message is None:
+            assert self._lazy is not None
+            return self._lazy.roles()[index] or self._at(index).role
+        return message.role
+
+    def count_role(self, role: str) -> int:
+        """How many messages have ``role`` (none decoded whose line shows its role)."""
+        lazy = self._lazy.roles() if self._lazy is not None else ()
+        n = sum(1 for r in lazy if r == role)
+        unknown = [i for i, r in enumerate(lazy) if not r]
+        return n + sum(1 for i in unknown if self[i].role == role) + sum(
+            1 for m in self._items[len(lazy):] if m is not None and m.role == role)
+
+    def decoded(self) -> Iterator[Message]:
+        """The messages decoded so far, in order (the stored lines left out)."""
+        return (m for m in self._items if m is not None)
+
+    @property
+    def undecoded(self) -> int:
+        """How many messages are still stored lines."""
+        return self._undecoded
+
+
+def with_role(canonical: Sequence[Message], role: str, stop: int | None = None
+              ) -> Iterator[tuple[int, Message]]:
+    """``(position, message)`` of every message of ``canonical[:stop]`` with ``role``; on a
+    :class:`Transcript` the others are not decoded."""
+    end = len(canonical) if stop is None else min(stop, len(canonical))
+    if isinstance(canonical, Transcript):
+        for i in range(end):
+            if canonical.role(i) == role:
+                yield i, canonical[i]
+        return
+    for i in range(end):
+        message = canonical[i]
+        if message.role == role:
+            yield i, message
+
+
+class CallIds:
+    """The ids of the tool calls a transcript made, for pairing tool results with them:
+    read from the decoded messages first, from the whole transcript only when an id is not
+    among them (a result answering a call in a long-covered message)."""
+
+    def __init__(self, canonical: Sequence[Message]) -> None:
+        self._canonical = canonical
+        self._complete = not isinstance(canonical, Transcript) or not canonical.undecoded
+        self._ids: set[str] = set()
+        decoded = canonical.decoded() if isinstance(canonical, Transcript) else canonical
+        for message in decoded:
+            self._ids.update(_calls(message))
+
+    def __contains__(self, call_id: object) -> bool:
+        if call_id in self._ids:
+            return True
+        if not self._complete:
+            for _i, message in with_role(self._canonical, "assistant"):
+                self._ids.update(_calls(message))
+            self._complete = True
+        return call_id in self._ids
+
+    def add(self, ids: Iterable[str]) -> None:
+        """Record the calls of an appended batch."""
+        self._ids.update(ids)
+
+
+def _calls(message: Message) -> Iterator[str]:
+    if message.role == "assistant":
+        for call in message.tool_calls:
+            yield call.id
+
+
+
+
+def count_role(canonical: Sequence[Message], role: str) -> int:
+    """How many messages of ``canonical`` have ``role`` (a :class:`Transcript` decodes none
+    whose line shows its role)."""
+    if isinstance(canonical, Transcript):
+        return canonical.count_role(role)
+    return sum(1 for m in canonical if m.role == role)
+
+
+def load_canonical(store: object, session_id: str) -> Transcript:
+    """The session's transcript from ``store`` — lazily when it is a :class:`PrefixStore`."""
+    if isinstance(store, PrefixStore):
+        loaded = store.load_transcript(session_id)
+    else:
+        loaded = store.load(session_id)  # type: ignore[attr-defined]
+    return loaded if isinstance(loaded, Transcript) else Transcript(loaded)
+
+
+def vouch(store: object, session_id: str, canonical: Transcript,
+          projection: Projection | None, revision: str) -> None:
+    """Have ``store`` vouch for the covered prefix of ``projection`` (checked or just
+    installed) unless it already does, so the next open decodes none of it; a cache, so a
+    failure is ignored."""
+    if projection is None or not isinstance(store, PrefixStore):
+        return
+    count, prefix_hash = projection.covered_count, projection.covered_prefix_hash
+    if count <= 0 or not prefix_hash or canonical.vouched.get(count) == prefix_hash:
+        return
+    with suppress(CtxfoldError, OSError):
+        store.vouch_prefix(session_id, count, prefix_hash, revision)
+        canonical.vouched[count] = prefix_hash
+
+
+__all__ = ["CallIds", "LazyLines", "PrefixStore", "Transcript", "count_role", "load_canonical",
+           "vouch", "with_role"]
