@@ -49,34 +49,42 @@ COMPARISON = ("codex-like", "opencode-like", "openhands-like")
 PEERS = ("pydantic-ai-harness", "langchain-summarization")
 
 #: name -> (prune-alone ratio, tail ratio, briefing share of the window (0 = none asked),
-#: facts share of the briefing (the summary check's list; 0 = nothing repaired))
-VARIANTS: dict[str, tuple[float, float, float, float]] = {
-    "default": (0.60, 0.16, 1 / 24, 1 / 2),
-    "seed": (1.00, 0.16, 0.0, 0.0),
-    "briefing-1/16+check-off": (0.60, 0.16, 1 / 16, 0.0),
-    "prune-alone-0.8": (1.00, 0.16, 1 / 24, 1 / 2),
-    "prune-alone-0.7": (0.70, 0.16, 1 / 24, 1 / 2),
-    "prune-alone-0.5": (0.50, 0.16, 1 / 24, 1 / 2),
-    "tail-0.10": (0.60, 0.10, 1 / 24, 1 / 2),
-    "tail-0.12": (0.60, 0.12, 1 / 24, 1 / 2),
-    "tail-0.20": (0.60, 0.20, 1 / 24, 1 / 2),
-    "briefing-none": (0.60, 0.16, 0.0, 1 / 2),
-    "briefing-1/16": (0.60, 0.16, 1 / 16, 1 / 2),
-    "briefing-1/20": (0.60, 0.16, 1 / 20, 1 / 2),
-    "briefing-1/32": (0.60, 0.16, 1 / 32, 1 / 2),
-    "check-off": (0.60, 0.16, 1 / 24, 0.0),
-    "facts-1/4": (0.60, 0.16, 1 / 24, 1 / 4),
-    "facts-1": (0.60, 0.16, 1 / 24, 1.0),
+#: facts share of the briefing (the summary check's list; 0 = nothing repaired), the task
+#: statement's pinned share of the window)
+VARIANTS: dict[str, tuple[float, float, float, float, float]] = {
+    "default": (0.60, 0.16, 1 / 24, 1 / 2, 0.08),
+    "seed": (1.00, 0.16, 0.0, 0.0, 0.08),
+    "briefing-1/16+check-off": (0.60, 0.16, 1 / 16, 0.0, 0.08),
+    "prune-alone-0.8": (1.00, 0.16, 1 / 24, 1 / 2, 0.08),
+    "prune-alone-0.7": (0.70, 0.16, 1 / 24, 1 / 2, 0.08),
+    "prune-alone-0.5": (0.50, 0.16, 1 / 24, 1 / 2, 0.08),
+    "tail-0.10": (0.60, 0.10, 1 / 24, 1 / 2, 0.08),
+    "tail-0.12": (0.60, 0.12, 1 / 24, 1 / 2, 0.08),
+    "tail-0.20": (0.60, 0.20, 1 / 24, 1 / 2, 0.08),
+    "briefing-none": (0.60, 0.16, 0.0, 1 / 2, 0.08),
+    "briefing-1/16": (0.60, 0.16, 1 / 16, 1 / 2, 0.08),
+    "briefing-1/20": (0.60, 0.16, 1 / 20, 1 / 2, 0.08),
+    "briefing-1/32": (0.60, 0.16, 1 / 32, 1 / 2, 0.08),
+    "check-off": (0.60, 0.16, 1 / 24, 0.0, 0.08),
+    "facts-1/4": (0.60, 0.16, 1 / 24, 1 / 4, 0.08),
+    "facts-1": (0.60, 0.16, 1 / 24, 1.0, 0.08),
+    "tail-0.08": (0.60, 0.08, 1 / 24, 1 / 2, 0.08),
+    "tail-0.06": (0.60, 0.06, 1 / 24, 1 / 2, 0.08),
+    "tail-0.10+briefing-1/32": (0.60, 0.10, 1 / 32, 1 / 2, 0.08),
+    "tail-0.08+briefing-1/32": (0.60, 0.08, 1 / 32, 1 / 2, 0.08),
+    "head-0.05": (0.60, 0.16, 1 / 24, 1 / 2, 0.05),
+    "tail-0.10+head-0.05": (0.60, 0.10, 1 / 24, 1 / 2, 0.05),
 }
 
 
-def _apply(variant: tuple[float, float, float, float]) -> None:
+def _apply(variant: tuple[float, float, float, float, float]) -> None:
     """Set a variant's constants in this (worker) process."""
     from ctxfold.engine import review
     from ctxfold.kernel import checkpoint, fold, maintenance, summary
 
-    prune, tail, briefing, facts = variant
+    prune, tail, briefing, facts, head = variant
     review.FACTS_SHARE = facts
+    fold.HEAD_PIN_RATIO = head
     maintenance.PRUNE_ALONE_RATIO = prune
     fold.TAIL_RATIO = tail
     if briefing:
@@ -87,7 +95,7 @@ def _apply(variant: tuple[float, float, float, float]) -> None:
 
 
 def _run(job: tuple[str, Sequence[str], int, Sequence[str],
-                   tuple[float, float, float, float] | None]
+                   tuple[float, float, float, float, float] | None]
          ) -> tuple[str, int, list[dict[str, Any]]]:
     """One replay in a worker: ``(label, window, per-session policy results)``."""
     from ctxfold.kernel.config import Config

@@ -13,6 +13,7 @@ for pairing) read roles from the lines without decoding them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import Protocol, overload, runtime_checkable
@@ -59,7 +60,7 @@ class Transcript(Sequence[Message]):
     ``len(lazy)`` messages decoded on first access. ``vouched`` maps prefix lengths to the
     covered-prefix hashes the store vouched for (``kernel.fingerprint`` extends them)."""
 
-    __slots__ = ("_items", "_lazy", "_undecoded", "vouched")
+    __slots__ = ("_by_role", "_items", "_lazy", "_undecoded", "vouched")
 
     def __init__(self, messages: Iterable[Message] = (), *, lazy: LazyLines | None = None,
                  vouched: Mapping[int, str] | None = None) -> None:
@@ -68,6 +69,7 @@ class Transcript(Sequence[Message]):
         self._items.extend(messages)
         self._lazy = lazy if count else None
         self._undecoded = count
+        self._by_role: dict[str, list[int]] | None = None
         self.vouched: dict[int, str] = dict(vouched or {})
 
     def __len__(self) -> int:
@@ -107,23 +109,24 @@ class Transcript(Sequence[Message]):
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Append ``messages`` (the transcript only grows; a rewind makes a new one)."""
+        start = len(self._items)
         self._items.extend(messages)
+        if self._by_role is not None:
+            for i in range(start, len(self._items)):
+                self._by_role.setdefault(self._items[i].role, []).append(i)  # type: ignore[union-attr]
 
-    def role(self, index: int) -> str:
-        """The role of message ``index``, decoding it only when its line does not show it."""
-        message = self._items[index]
-        if message is None:
-            assert self._lazy is not None
-            return self._lazy.roles()[index] or self._at(index).role
-        return message.role
-
-    def count_role(self, role: str) -> int:
-        """How many messages have ``role`` (none decoded whose line shows its role)."""
-        lazy = self._lazy.roles() if self._lazy is not None else ()
-        n = sum(1 for r in lazy if r == role)
-        unknown = [i for i, r in enumerate(lazy) if not r]
-        return n + sum(1 for i in unknown if self[i].role == role) + sum(
-            1 for m in self._items[len(lazy):] if m is not None and m.role == role)
+    def positions(self, role: str) -> list[int]:
+        """The ascending positions of the messages with ``role`` (an index kept up to date by
+        :meth:`extend`; built once, decoding only lines that do not show their role)."""
+        if self._by_role is None:
+            by: dict[str, list[int]] = {}
+            lazy = self._lazy.roles() if self._lazy is not None else ()
+            for i, message in enumerate(self._items):
+                shown = lazy[i] if message is None and i < len(lazy) else ""
+                key = shown or self._at(i).role
+                by.setdefault(key, []).append(i)
+            self._by_role = by
+        return self._by_role.get(role, [])
 
     def decoded(self) -> Iterator[Message]:
         """The messages decoded so far, in order (the stored lines left out)."""
@@ -141,9 +144,9 @@ def with_role(canonical: Sequence[Message], role: str, stop: int | None = None
     :class:`Transcript` the others are not decoded."""
     end = len(canonical) if stop is None else min(stop, len(canonical))
     if isinstance(canonical, Transcript):
-        for i in range(end):
-            if canonical.role(i) == role:
-                yield i, canonical[i]
+        found = canonical.positions(role)
+        for i in found[:bisect_left(found, end)]:
+            yield i, canonical[i]
         return
     for i in range(end):
         message = canonical[i]
@@ -190,7 +193,7 @@ def count_role(canonical: Sequence[Message], role: str) -> int:
     """How many messages of ``canonical`` have ``role`` (a :class:`Transcript` decodes none
     whose line shows its role)."""
     if isinstance(canonical, Transcript):
-        return canonical.count_role(role)
+        return len(canonical.positions(role))
     return sum(1 for m in canonical if m.role == role)
 
 
