@@ -390,7 +390,7 @@ def test_manual_compact_does_not_spend_the_turns_automatic_summary(open_session)
     cm.compact()
     assert len(summarizer.requests) == 1
     turn = cm.turn
-    cm.append(*[Message(role="user", content=f"paste {i} " * 1_000) for i in range(4)])
+    cm.append(*[Message(role="user", content=f"paste {i} " * 1_000) for i in range(6)])
     assert cm.turn == turn and cm.estimate() >= cm.trigger_tokens
     cm.prepare()
     assert len(summarizer.requests) >= 2  # pressure may still summarize in this turn

@@ -67,10 +67,11 @@ def test_head_never_pins_an_earlier_summary_as_the_task() -> None:
 
 
 def test_tail_never_starts_on_a_tool_result() -> None:
-    # The 16% budget (160 tokens) would start the tail at the second result of c2.
+    # A tail budget of 160 tokens would start the tail at the second result of c2.
     view = [sys_(), user("task"), call("c1"), result("c1", "x" * 500),
             call("c2"), result("c2", "y" * 100), result("c2", "z" * 100)]
-    start = fold.tail_start(view, head=2, window=1000, count=count)
+    window = round(160 / fold.TAIL_RATIO)
+    start = fold.tail_start(view, head=2, window=window, count=count)
     assert view[start].role == "assistant" and view[start].tool_calls[0].id == "c2"
 
 

@@ -77,14 +77,15 @@ class Transcript(Sequence[Message]):
 
     def _at(self, index: int) -> Message:
         message = self._items[index]
-        if message is None:
-            assert self._lazy is not None
-            message = self._lazy.decode(index)
-            self._items[index] = message
-            self._undecoded -= 1
-            if not self._undecoded:
-                self._lazy = None  # every line decoded: let the stored bytes go
-        return message
+        lazy = self._lazy
+        if message is None and lazy is not None:
+            message = lazy.decode(index)
+            if self._items[index] is None:  # (another thread may have decoded it meanwhile)
+                self._items[index] = message
+                self._undecoded -= 1
+                if not self._undecoded:
+                    self._lazy = None  # every line decoded: let the stored bytes go
+        return self._items[index]  # type: ignore[return-value]
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
