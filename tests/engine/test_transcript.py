@@ -128,6 +128,21 @@ def test_a_damaged_prefix_record_only_costs_a_full_parse(tmp_path: Path) -> None
     assert open_session(tmp_path)._canonical.undecoded > 64
 
 
+def test_a_huge_prefix_file_costs_a_bounded_read(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxfold.plugins.stores import fs_prefix
+
+    build(tmp_path)
+    good = (tmp_path / "s.prefix").read_bytes()
+    (tmp_path / "s.prefix").write_bytes(b"\xff" * 3_000_000 + good)
+    read: list[int] = []
+    real = fs_prefix.decode_records
+    monkeypatch.setattr(fs_prefix, "decode_records", lambda data: read.append(len(data))
+                        or real(data))
+    assert open_session(tmp_path)._canonical.undecoded > 64  # the newest records still count
+    assert read and max(read) < (fs_prefix.RECORDS_READ + 1) * fs_prefix.RECORD_SIZE
+
+
 def test_a_rewind_below_the_covered_prefix_is_not_vouched_for(tmp_path: Path) -> None:
     build(tmp_path)
     cm = open_session(tmp_path)

@@ -35,6 +35,8 @@ _CRC = struct.Struct("<I")
 RECORD_SIZE = _RECORD.size + _CRC.size
 #: A vouched prefix shorter than this is not worth a lazy transcript.
 MIN_LAZY = 64
+#: How many of the newest records an open reads.
+RECORDS_READ = 1024
 _ROLE = re.compile(rb'\{(?:"batch":"\d+/\d+",)?"role":"(system|user|assistant|tool)"')
 _HEX = re.compile(r"[0-9a-f]{32}\Z")
 
@@ -165,8 +167,13 @@ class PrefixFiles:
             return self._prefixes.clean.get(session_id) == revision_of(st)
 
     def _records(self, session_id: str) -> list[Record]:
+        """The newest records (the last :data:`RECORDS_READ`: a file grown huge or filled
+        with garbage costs a bounded read)."""
         try:
-            return decode_records(self._prefix_path(session_id).read_bytes())
+            with self._prefix_path(session_id).open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size // RECORD_SIZE - RECORDS_READ) * RECORD_SIZE)
+                return decode_records(f.read())
         except OSError:
             return []  # a cache: parse the whole transcript instead
 
