@@ -1,5 +1,5 @@
 """Fuzz targets over files ctxfold reads: sidecars, transcripts, config files (with the
-environment layer) and importer inputs.
+environment layer), importer inputs and vouched prefixes (``fuzz_prefix``).
 
 Only a :class:`ctxfold.CtxfoldError` may escape. A sidecar, however broken, must not stop
 the session from opening (it is discarded and rebuilt; only a newer ``schema_version`` is an
@@ -29,6 +29,7 @@ from benchmarks.reliability.common import (
     tag_summary,
     write_config,
 )
+from benchmarks.reliability.fuzz_prefix import PrefixBench, prefix_target
 from benchmarks.reliability.fuzz_values import (
     DEPTHS,
     SURROGATES,
@@ -324,7 +325,8 @@ def importer_target(bench: Bench) -> tuple[Any, Any]:
 
 
 TARGETS = {"sidecar": sidecar_target, "transcript": transcript_target,
-           "config": config_target, "importer": importer_target}
+           "config": config_target, "importer": importer_target,
+           "prefix": lambda bench: prefix_target(PrefixBench(bench.work))}
 
 
 def run(examples: int, work: Path, *, seed: int = 0, targets: tuple[str, ...] = tuple(TARGETS),

@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "reliability.md"
 PARTS = ("kill", "torn", "processes", "fuzz", "faults", "leaks")
-FUZZ_TARGETS = ("sidecar", "transcript", "config", "importer", "capability", "append")
+FUZZ_TARGETS = ("sidecar", "transcript", "config", "importer", "prefix", "capability", "append")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
