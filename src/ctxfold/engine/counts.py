@@ -18,7 +18,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Mapping
 from contextlib import suppress
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import TextStats
@@ -66,9 +66,37 @@ def encode_counts(counts: Mapping[str, TextStats]) -> bytes:
     for fp, s in counts.items():
         if _HEX.match(fp) and min(s.tokens, s.chars, s.cjk) >= 0 and max(
                 s.tokens, s.chars, s.cjk) <= _MAX:
-            body = _RECORD.pack(bytes.fromhex(fp), s.tokens, s.chars, s.cjk)
-            out += body + _CRC.pack(zlib.crc32(body))
+            out += frame(_RECORD, bytes.fromhex(fp), s.tokens, s.chars, s.cjk)
     return bytes(out)
+
+
+def frame(record: struct.Struct, *values: Any) -> bytes:
+    """One framed record: ``values`` packed as ``record``, then the CRC-32 of those bytes."""
+    body = record.pack(*values)
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def framed(data: bytes, record: struct.Struct) -> Iterator[tuple[Any, ...]]:
+    """The values of the :func:`frame` records in ``data``; a torn tail or damaged bytes are
+    skipped (after a record that fails its CRC the next one is searched byte by byte)."""
+    view, size = memoryview(data), record.size
+    step = size + _CRC.size
+    crc32, crc, unpack = zlib.crc32, _CRC.unpack_from, record.unpack_from
+    at = 0
+    # Fast path: every record in place (the common case), each still checked.
+    whole = struct.Struct(record.format + "I")
+    for values in whole.iter_unpack(view[:len(view) - len(view) % step]):
+        if crc32(view[at:at + size]) != values[-1]:
+            break
+        yield values[:-1]
+        at += step
+    end = len(view) - step
+    while at <= end:
+        if crc32(view[at:at + size]) != crc(view, at + size)[0]:
+            at += 1
+            continue
+        yield unpack(view, at)
+        at += step
 
 
 class _Counts(Mapping[str, TextStats]):
@@ -88,34 +116,10 @@ class _Counts(Mapping[str, TextStats]):
         return len(self._raw)
 
 
-_WHOLE = struct.Struct("<16sIIII")
-
-
 def decode_counts(data: bytes) -> Mapping[str, TextStats]:
-    """The counts of a record file; a torn tail or damaged bytes are skipped (after a
-    record that fails its CRC the next one is searched byte by byte)."""
-    raw: dict[str, tuple[int, int, int]] = {}
-    view = memoryview(data)
-    crc32, unpack, crc = zlib.crc32, _RECORD.unpack_from, _CRC.unpack_from
-    size = _RECORD.size
-    whole = len(data) - len(data) % RECORD_SIZE
-    at = 0
-    # Fast path: every record in place (the common case), checked record by record.
-    for fp, tokens, chars, cjk, check in _WHOLE.iter_unpack(view[:whole]):
-        if crc32(view[at:at + size]) != check:
-            break
-        raw[fp.hex()] = (tokens, chars, cjk)
-        at += RECORD_SIZE
-    end = len(view) - RECORD_SIZE
-    while at <= end:
-        body = view[at : at + size]
-        if crc32(body) != crc(view, at + size)[0]:
-            at += 1
-            continue
-        fp, tokens, chars, cjk = unpack(body)
-        raw[fp.hex()] = (tokens, chars, cjk)
-        at += RECORD_SIZE
-    return _Counts(raw)
+    """The counts of a record file (:func:`framed`: damaged records are skipped)."""
+    return _Counts({fp.hex(): (tokens, chars, cjk)
+                    for fp, tokens, chars, cjk in framed(data, _RECORD)})
 
 
 class PersistedCounts:

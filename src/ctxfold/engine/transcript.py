@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from typing import Protocol, overload, runtime_checkable
 
+from ctxfold.kernel.contracts import Store
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.kernel.state import Projection
 from ctxfold.kernel.types import Message
@@ -188,8 +189,6 @@ def _calls(message: Message) -> Iterator[str]:
             yield call.id
 
 
-
-
 def count_role(canonical: Sequence[Message], role: str) -> int:
     """How many messages of ``canonical`` have ``role`` (a :class:`Transcript` decodes none
     whose line shows its role)."""
@@ -198,16 +197,16 @@ def count_role(canonical: Sequence[Message], role: str) -> int:
     return sum(1 for m in canonical if m.role == role)
 
 
-def load_canonical(store: object, session_id: str) -> Transcript:
+def load_canonical(store: Store, session_id: str) -> Transcript:
     """The session's transcript from ``store`` — lazily when it is a :class:`PrefixStore`."""
     if isinstance(store, PrefixStore):
         loaded = store.load_transcript(session_id)
     else:
-        loaded = store.load(session_id)  # type: ignore[attr-defined]
+        loaded = store.load(session_id)
     return loaded if isinstance(loaded, Transcript) else Transcript(loaded)
 
 
-def vouch(store: object, session_id: str, canonical: Transcript,
+def vouch(store: Store, session_id: str, canonical: Transcript,
           projection: Projection | None, revision: str) -> None:
     """Have ``store`` vouch for the covered prefix of ``projection`` (checked or just
     installed) unless it already does, so the next open decodes none of it; a cache, so a

@@ -48,14 +48,20 @@ def visible_fields(message: Message) -> dict[str, Any]:
     return wire
 
 
-def message_fingerprint(message: Message) -> str:
-    """Fingerprint of one message (the per-message estimator cache key)."""
-    return fingerprint([message])
-
-
 #: One compact encoder for every fingerprint (``json.dumps`` would build one per call).
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _CHUNK = 512
+
+
+def _digest(message: Message) -> bytes:
+    """The 16 fingerprint bytes of one message that is not ``local_only``."""
+    wire = _ENCODER.encode(visible_fields(message)).encode("utf-8")
+    return hashlib.sha256(b"[" + wire + b"]").digest()[:16]
+
+
+def message_fingerprint(message: Message) -> str:
+    """Fingerprint of one message (the per-message estimator cache key)."""
+    return fingerprint([message]) if message.local_only else _digest(message).hex()
 
 
 def _extend(h: Any, messages: Iterable[Message], first: bool) -> bool:
@@ -102,11 +108,9 @@ def chain_hash(messages: Iterable[Message], start: str = "") -> str:
     SHA-256(h || fingerprint(m))[:16]`` over the messages not ``local_only``, from a fixed
     seed (``start`` empty) — so it extends across processes from the hash alone."""
     h = bytes.fromhex(start) if start else _CHAIN_SEED
-    sha, encode = hashlib.sha256, _ENCODER.encode
     for message in messages:
-        if not message.local_only:  # the message's fingerprint, as message_fingerprint
-            one = sha(b"[" + encode(visible_fields(message)).encode("utf-8") + b"]")
-            h = sha(h + one.digest()[:16]).digest()[:16]
+        if not message.local_only:
+            h = hashlib.sha256(h + _digest(message)).digest()[:16]
     return h.hex()
 
 

@@ -31,9 +31,19 @@ def encode_message(message: Message) -> str:
 def decode_message(text: str, where: str) -> Message:
     """A message from :func:`encode_message`'s text; :class:`StoreError` naming ``where``."""
     try:
-        messages, _places = _parse_body(text.encode("utf-8") + b"\n")
-    except (_BadLine, UnicodeEncodeError) as bad:
-        raise StoreError(f"{where}: {getattr(bad, 'why', bad)}") from None
+        line = text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError as bad:
+        raise StoreError(f"{where}: {bad}") from None
+    return decode_line(line, where)
+
+
+def decode_line(line: bytes, where: str) -> Message:
+    """The message of one transcript line (newline included, batch marker allowed);
+    :class:`StoreError` naming ``where``."""
+    try:
+        messages, _places = _parse_body(line)
+    except _BadLine as bad:
+        raise StoreError(f"{where}: {bad.why}") from None
     if len(messages) != 1:
         raise StoreError(f"{where}: expected one message, found {len(messages)}")
     return messages[0]
@@ -246,13 +256,20 @@ def cut_prefix(data: bytes, ends: Sequence[int], messages: Sequence[Message], co
     return head + encode_lines(messages[first:count])
 
 
-def line_ends(body: bytes) -> list[int]:
-    """Byte offset just past each message line of a parsed transcript (blank lines skipped)."""
-    ends, start = [], 0
-    for raw in body.split(b"\n")[:-1]:
-        start += len(raw) + 1
-        if raw.strip():
-            ends.append(start)
+def line_ends(body: bytes, end: int | None = None, count: int | None = None) -> list[int]:
+    """Byte offset just past each message line of ``body[:end]`` (blank lines skipped, as
+    the parser skips them; an unfinished last line has none), the first ``count`` only."""
+    ends: list[int] = []
+    stop_at = len(body) if end is None else end
+    limit = -1 if count is None else count
+    find, at = body.find, 0
+    while at < stop_at and len(ends) != limit:
+        stop = find(b"\n", at, stop_at)
+        if stop < 0:
+            break
+        if body[at:stop].strip():
+            ends.append(stop + 1)
+        at = stop + 1
     return ends
 
 

@@ -18,21 +18,19 @@ import os
 import re
 import struct
 import threading
-import zlib
-from array import array
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ctxfold.engine.counts import frame, framed
 from ctxfold.engine.transcript import Transcript
-from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs_files import append_plain, revision_of
-from ctxfold.plugins.stores.fs_lines import _BadLine, _parse_body, parse_transcript
+from ctxfold.plugins.stores.fs_lines import decode_line, line_ends, parse_transcript
 from ctxfold.session_id import validate_session_id
 
 _RECORD = struct.Struct("<QQ16s16s")
-_CRC = struct.Struct("<I")
-RECORD_SIZE = _RECORD.size + _CRC.size
+RECORD_SIZE = _RECORD.size + 4  # and its CRC-32 (engine.counts.frame)
 #: A vouched prefix shorter than this is not worth a lazy transcript.
 MIN_LAZY = 64
 #: How many of the newest records an open reads.
@@ -49,30 +47,20 @@ class Record(NamedTuple):
 
 
 def encode_record(record: Record) -> bytes:
-    body = _RECORD.pack(record.lines, record.end, record.digest,
-                        bytes.fromhex(record.prefix_hash))
-    return body + _CRC.pack(zlib.crc32(body))
+    return frame(_RECORD, record.lines, record.end, record.digest,
+                 bytes.fromhex(record.prefix_hash))
 
 
 def decode_records(data: bytes) -> list[Record]:
     """The records of a prefix file; torn or damaged ones are skipped."""
-    out: list[Record] = []
-    at = 0
-    while at + RECORD_SIZE <= len(data):
-        body = data[at:at + _RECORD.size]
-        if zlib.crc32(body) != _CRC.unpack_from(data, at + _RECORD.size)[0]:
-            at += 1
-            continue
-        count, end, digest, prefix_hash = _RECORD.unpack(body)
-        out.append(Record(count, end, digest, prefix_hash.hex()))
-        at += RECORD_SIZE
-    return out
+    return [Record(lines, end, digest, prefix_hash.hex())
+            for lines, end, digest, prefix_hash in framed(data, _RECORD)]
 
 
 class _Lines:
     """The undecoded lines of a vouched prefix (implements ``LazyLines``)."""
 
-    def __init__(self, data: bytes, ends: array[int], path: Path) -> None:
+    def __init__(self, data: bytes, ends: Sequence[int], path: Path) -> None:
         self._data, self._ends, self._path = data, ends, path
         self._roles: list[str] | None = None
 
@@ -84,15 +72,7 @@ class _Lines:
 
     def decode(self, index: int) -> Message:
         start, end = self._span(index)
-        try:
-            messages, _places = _parse_body(self._data[start:end])
-        except _BadLine as bad:
-            messages, why = [], bad.why
-        else:
-            why = f"expected one message, found {len(messages)}"
-        if len(messages) != 1:
-            raise StoreError(f"transcript {self._path} line {index + 1}: {why}")
-        return messages[0]
+        return decode_line(self._data[start:end], f"transcript {self._path} line {index + 1}")
 
     def roles(self) -> list[str]:
         if self._roles is None:
@@ -105,21 +85,6 @@ class _Lines:
                 roles.append(names.get(key) or names.setdefault(key, key.decode()))
             self._roles = roles
         return self._roles
-
-
-def _line_ends(data: bytes, end: int) -> array[int] | None:
-    """Byte offset past each line of ``data[:end]``; ``None`` if a line there is blank (the
-    parser skips those: not a prefix this reader can index)."""
-    ends = array("q")
-    at = 0
-    find = data.find
-    while at < end:
-        stop = find(b"\n", at, end)
-        if stop < 0 or stop == at:
-            return None
-        at = stop + 1
-        ends.append(at)
-    return ends
 
 
 class _Memo(NamedTuple):
@@ -186,9 +151,9 @@ class PrefixFiles:
         found = _verified(data, records)
         if found is not None:
             record, sha = found
-            ends = _line_ends(data, record.end)
+            ends = line_ends(data, record.end)
             parsed = parse_transcript(data[record.end:], path, record.lines + 1)
-            if ends is not None and len(ends) == record.lines and not parsed.torn:
+            if len(ends) == record.lines and not parsed.torn:
                 self._memo(session_id, _Memo(st.st_ino, record.lines, record.end, sha))
                 self.known_clean(session_id, st, clean=True)
                 return Transcript(parsed.messages, lazy=_Lines(data, ends, path),
@@ -213,12 +178,10 @@ class PrefixFiles:
             with path.open("rb") as f:
                 f.seek(memo.end)
                 rest = f.read()
-            at = 0
-            for _ in range(count - memo.lines):
-                stop = rest.find(b"\n", at)
-                if stop < 0 or stop == at:
-                    return  # fewer lines than ``count``, or a blank one: not indexable
-                at = stop + 1
+            ends = line_ends(rest, count=count - memo.lines)
+            if len(ends) < count - memo.lines:
+                return  # the transcript holds fewer lines than ``count``
+            at = ends[-1] if ends else 0
             sha = memo.sha.copy()
             sha.update(rest[:at])
             end = memo.end + at
