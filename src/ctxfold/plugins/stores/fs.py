@@ -172,8 +172,8 @@ class FsStore(SidecarFiles, CountFiles, PrefixFiles):
         with self._locked(session_id):
             path = self.transcript_path(session_id)
             st = self._stat(session_id)
-            cached = self._cache.get(session_id, stat_key(st))
-            if cached is None and st.st_size and not self.known_clean(session_id, st):
+            cached = self._cache.get(session_id, stat_key(st)) if st.st_size else ()
+            if cached is None and not self.known_clean(session_id, st):
                 # Never write after a torn tail — an unfinished line (the new line would merge
                 # into it) or a batch that lost its last lines (it would become a partial
                 # batch in the middle): parse, and repair, first.
