@@ -345,6 +345,25 @@ def test_oversized_message_is_clipped_in_the_summary_request(open_session) -> No
     assert any(m.content.startswith("plan: ") and len(m.content) > 20_000 for m in cm.canonical)
 
 
+def test_a_huge_answer_the_user_already_replied_to_folds_instead_of_failing(open_session) -> None:
+    """The newest answer is larger than the window and a user turn follows it: the answer
+    is a finished round, so it folds (clipped in the summary request) and the request gets
+    below the hard ceiling in one prepare instead of raising CompactionRequiredError."""
+    summarizer = RecordingSummarizer()
+    cm = open_session(window=8_000, ratio=0.8, summarizer=summarizer)
+    seed(cm)
+    rounds(cm, 4, 300)
+    cm.append(Message(role="assistant", content="THOUGHT: " + "degenerate output. " * 2_500))
+    cm.append(Message(role="user", content="Please always provide EXACTLY ONE action."))
+    assert cm.estimate() >= cm.hard_ceiling
+    prepared = cm.prepare()
+    assert prepared.tokens < cm.trigger_tokens and len(summarizer.requests) <= 2
+    assert prepared.messages[-1].content.startswith("Please always provide")
+    assert not any(m.content.startswith("THOUGHT: ") for m in prepared.messages)
+    assert any(m.content.startswith("THOUGHT: ") and len(m.content) > 40_000
+               for m in cm.canonical)  # canonical keeps it
+
+
 def test_append_refuses_what_the_transcript_could_not_load(open_session) -> None:
     from ctxfold.interop.chat import message_from_openai
     from ctxfold.kernel.errors import MessageError

@@ -69,6 +69,17 @@ def test_a_single_message_too_large_for_any_request_is_clipped_in_the_request() 
     assert len(view[3].content) == 50_000  # canonical keeps it
 
 
+def test_a_message_no_request_could_hold_is_clipped_rather_than_left_unfolded() -> None:
+    # Folding only the rounds before the 50k result would fit, but it leaves that result
+    # verbatim, above any window, and no later fold could take it unclipped: clip it now.
+    view = session([1000, 1000, 50_000, 10])
+    plan = fold.FoldPlan(head=2, end=8, tail_start=8)
+    planned = request(view, plan, window=20_000)
+    assert planned is not None and planned.plan.end == 8
+    assert any(fold.CLIP_MARKER in m.content for m in planned.request.messages)
+    assert len(view[7].content) == 50_000  # canonical keeps it
+
+
 def test_the_candidate_replaces_the_region_with_one_summary() -> None:
     view = session([100] * 4)
     plan = fold.FoldPlan(head=2, end=6, tail_start=6)

@@ -80,6 +80,18 @@ def test_tail_keeps_the_newest_complete_round_even_over_budget() -> None:
     assert fold.tail_start(view, head=2, window=1000, count=count) == 2
 
 
+def test_a_finished_round_over_budget_folds_when_a_user_turn_follows_it() -> None:
+    # The newest round is then the user's turn: a huge answer before it is not kept.
+    view = [sys_(), user("task"), call("c1"), result("c1", "x" * 50),
+            Message(role="assistant", content="y" * 5000), user("that was not an action")]
+    assert fold.tail_start(view, head=2, window=1000, count=count) == 5
+    # The same answer with nothing after it is the newest round, kept over budget.
+    assert fold.tail_start(view[:5], head=2, window=1000, count=count) == 4
+    # Tool results after the last call stay with it; the user turn after them starts the tail.
+    calls = [*view[:4], user("y" * 5000)]
+    assert fold.tail_start(calls, head=2, window=1000, count=count) == 4
+
+
 @given(sizes=st.lists(st.integers(1, 400), min_size=1, max_size=30),
        window=st.integers(500, 5000))
 def test_tail_start_is_never_a_tool_result_for_any_session(sizes: list[int], window: int) -> None:

@@ -2,9 +2,9 @@
 
 Pure functions over the view (no I/O, no plugins): :func:`summary_request` chooses the fold
 end whose cache-aligned summary request fits the window (SPEC §3.3: the largest safe prefix;
-when even the smallest fold holds a message too large for any request, the region's largest
-messages are clipped in the request — canonical keeps them); :func:`candidate` builds the new
-projection body and the view it would give.
+when a round no request could hold blocks it, the region's largest messages are clipped in
+the request instead — canonical keeps them); :func:`candidate` builds the new projection body
+and the view it would give.
 """
 
 from __future__ import annotations
@@ -73,26 +73,27 @@ def summary_request(
     start = 1 if system is not None else 0
     limit = summary_limit(window)
 
-    def request_for(end: int) -> SummaryRequest:
-        request = build_summary_request(system, view[start:end], tools, window=window,
+    def request_for(end: int, begin: int = start) -> SummaryRequest:
+        request = build_summary_request(system, view[begin:end], tools, window=window,
                                         focus=focus, target_tokens=briefing_tokens(window))
         return attrs.evolve(request, cache_key=cache_key)
 
-    def fits(end: int) -> bool:
-        req = request_for(end)
+    def fits(end: int, begin: int = start) -> bool:
+        req = request_for(end, begin)
         return estimator.estimate(RequestShape(list(req.messages), req.tools)) <= limit
 
     if fits(plan.end):
         return PlannedRequest(plan, request_for(plan.end))
-    safe = fold.largest_safe_end(fold.balanced_ends(view, plan), fits)
-    if safe is not None and sum(count(m) for m in view[plan.head : safe]) < fold.MIN_FOLD_TOKENS:
-        safe = None  # folding so little cannot free anything; clip instead
+    ends = fold.balanced_ends(view, plan)
+    safe = fold.largest_safe_end(ends, fits)
+    after = next((e for e in ends if safe is not None and e > safe), plan.end)
+    if safe is not None and (sum(count(m) for m in view[plan.head : safe]) < fold.MIN_FOLD_TOKENS
+                             or not fits(after, safe)):
+        safe = None  # too little to free, or the next round could never fold unclipped
     if safe is not None:
         return PlannedRequest(attrs.evolve(plan, end=safe), request_for(safe))
-    # Even the smallest fold holds a message too large for any summary request (e.g. a
-    # 55k-token assistant message in a 64k window): summarize the whole region with its
-    # largest messages clipped. The request then misses the cache once; the alternative is
-    # failing the session.
+    # A message too large for any summary request (a 55k-token answer in a 32k window): the
+    # whole region with its largest messages clipped, which misses the cache once.
     clipped = clipped_request(request_for(plan.end), limit, estimator)
     return PlannedRequest(plan, clipped) if clipped is not None else None
 

@@ -74,7 +74,8 @@ def pinned_task(message: Message, position: int, window: int, count: TokenCount)
 
 def tail_start(view: Sequence[Message], head: int, window: int, count: TokenCount) -> int:
     """Start of the verbatim tail: newest messages within 10% of the window, never starting
-    on a tool result, always keeping the newest complete round."""
+    on a tool result, always keeping the newest round: the last assistant message with its
+    tool results, or the user turn that follows them (a finished round over budget folds)."""
     budget = int(window * TAIL_RATIO)
     start = len(view)
     used = 0
@@ -87,15 +88,12 @@ def tail_start(view: Sequence[Message], head: int, window: int, count: TokenCoun
     # Never split an assistant tool call from its results.
     while head < start < len(view) and view[start].role == "tool":
         start -= 1
-    # Keep at least the newest complete round (last assistant message and what follows).
-    last_assistant = next(
-        (i for i in range(len(view) - 1, head - 1, -1) if view[i].role == "assistant"), None
-    )
-    if last_assistant is not None:
-        start = min(start, last_assistant)
-    elif start == len(view) and len(view) > head:
-        start = len(view) - 1
-    return max(start, head)
+    # Keep at least the newest round: from the last assistant message, or from the first
+    # message after its tool results (a user turn answering a finished round).
+    last = next((i for i in range(len(view) - 1, head - 1, -1) if view[i].role == "assistant"),
+                len(view) - 1)
+    after = next((i for i in range(last + 1, len(view)) if view[i].role != "tool"), last)
+    return max(min(start, after if last >= head and view[last].role == "assistant" else last), head)
 
 
 def plan_fold(
