@@ -16,18 +16,18 @@ comparison policies. A variant sets, in this process only:
   window a pressure prune is installed alone (1.0: whenever it clears the trigger, the seed's
   rule); above it the prune is applied inside the checkpoint the fold builds;
 * ``tail``: :data:`ctxfold.kernel.fold.TAIL_RATIO`, the verbatim tail's share of the window
-  (the default is 10 %);
+  (the default is 5 %);
 * ``briefing``: the briefing length a summary request asks for, as a share of the window
-  (``0``: none asked, so the replay's 2,048-token default; the default is 1/24, 512–3,072);
+  (``0``: none asked, so the replay's 2,048-token default; the default is 1/48, 512–3,072);
 * ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's list of facts kept
-  verbatim as a share of the briefing length (``0``: nothing repaired; the default is 1/2).
+  verbatim as a multiple of the briefing length (``0``: nothing repaired; the default is 2).
 * ``head``: :data:`ctxfold.kernel.fold.HEAD_PIN_RATIO`, the share of the window a long task
   statement is clipped to in the checkpoint head (the default is 8 %).
 
 ``seed`` is the seed's rules: prune alone whenever it clears the trigger, a 16 % tail, no
-length asked, no repair; ``briefing-1/16+check-off`` the briefing and repair of the defaults
-before the summary check (under today's 3,072-token briefing cap); ``tail-0.16`` the defaults
-before the tail became 10 % of the window. Every other variant changes one constant of the
+length asked, no repair; ``defaults-2026-12-02`` the defaults before the briefing became
+window/48 with facts up to twice it, the tail 5 % and the prune-alone target 50 % (window/24,
+facts up to half, a 10 % tail, 60 %). Every other variant changes one constant of the
 defaults. Every variant runs with the standing rules on (``[checkpoint] extract_rules``).
 
 Per window and variant: cost, fidelity (mean weighted probe retention), constraint retention,
@@ -57,21 +57,22 @@ PEERS = ("pydantic-ai-harness", "langchain-summarization")
 #: facts share of the briefing (the summary check's list; 0 = nothing repaired), the task
 #: statement's pinned share of the window)
 VARIANTS: dict[str, tuple[float, float, float, float, float]] = {
-    "default": (0.60, 0.10, 1 / 24, 1 / 2, 0.08),
+    "default": (0.50, 0.05, 1 / 48, 2, 0.08),
     "seed": (1.00, 0.16, 0.0, 0.0, 0.08),
-    "briefing-1/16+check-off": (0.60, 0.16, 1 / 16, 0.0, 0.08),
-    "tail-0.16": (0.60, 0.16, 1 / 24, 1 / 2, 0.08),
-    "tail-0.12": (0.60, 0.12, 1 / 24, 1 / 2, 0.08),
-    "tail-0.08": (0.60, 0.08, 1 / 24, 1 / 2, 0.08),
-    "tail-0.06": (0.60, 0.06, 1 / 24, 1 / 2, 0.08),
-    "prune-alone-0.8": (1.00, 0.10, 1 / 24, 1 / 2, 0.08),
-    "prune-alone-0.5": (0.50, 0.10, 1 / 24, 1 / 2, 0.08),
-    "briefing-none": (0.60, 0.10, 0.0, 1 / 2, 0.08),
-    "briefing-1/16": (0.60, 0.10, 1 / 16, 1 / 2, 0.08),
-    "briefing-1/32": (0.60, 0.10, 1 / 32, 1 / 2, 0.08),
-    "check-off": (0.60, 0.10, 1 / 24, 0.0, 0.08),
-    "facts-1/4": (0.60, 0.10, 1 / 24, 1 / 4, 0.08),
-    "head-0.05": (0.60, 0.10, 1 / 24, 1 / 2, 0.05),
+    "defaults-2026-12-02": (0.60, 0.10, 1 / 24, 1 / 2, 0.08),
+    "tail-0.10": (0.50, 0.10, 1 / 48, 2, 0.08),
+    "tail-0.03": (0.50, 0.03, 1 / 48, 2, 0.08),
+    "briefing-1/24": (0.50, 0.05, 1 / 24, 2, 0.08),
+    "briefing-1/32": (0.50, 0.05, 1 / 32, 2, 0.08),
+    "briefing-1/64": (0.50, 0.05, 1 / 64, 2, 0.08),
+    "briefing-none": (0.50, 0.05, 0.0, 2, 0.08),
+    "facts-1/2": (0.50, 0.05, 1 / 48, 1 / 2, 0.08),
+    "facts-1": (0.50, 0.05, 1 / 48, 1, 0.08),
+    "facts-3": (0.50, 0.05, 1 / 48, 3, 0.08),
+    "check-off": (0.50, 0.05, 1 / 48, 0.0, 0.08),
+    "prune-alone-0.8": (1.00, 0.05, 1 / 48, 2, 0.08),
+    "prune-alone-0.6": (0.60, 0.05, 1 / 48, 2, 0.08),
+    "head-0.06": (0.50, 0.05, 1 / 48, 2, 0.06),
 }
 
 

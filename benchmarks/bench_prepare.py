@@ -45,7 +45,7 @@ from benchmarks._report import machine_line, write_section
 
 SECTION = "## prepare() overhead"
 WINDOW = 128_000
-#: New rounds before each measured fold: more than the 10 % tail holds, so there is a region.
+#: New rounds before each measured fold: more than the 5 % tail holds, so there is a region.
 FOLD_ROUNDS = 40
 WORDS = (
     "def", "class", "return", "import", "self", "value", "error", "path", "file", "test",

@@ -3,7 +3,7 @@
 The canonical transcript is kept forever; the provider-visible request stays a byte-stable
 extension of the previous one until ``compact_ratio`` of the window is reached, when
 oversized tool results are pruned and, if needed, a checkpoint (system prompt + one
-structured summary + the recent ~10% of the window) is installed.
+structured summary + the recent ~5% of the window) is installed.
 
 Everything a host needs is importable from here (``__all__``); deeper modules are the
 implementation. Importing ``ctxfold`` is light: names are resolved on first use.

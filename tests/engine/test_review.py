@@ -60,13 +60,13 @@ def test_facts_the_summary_or_the_kept_messages_carry_are_not_repeated():
     assert untouched.before == untouched.after == 1.0
 
 
-def test_the_facts_list_is_bounded_to_half_the_briefing():
-    files = " ".join(f"pkg/module_{n:03}.py" for n in range(400))
+def test_the_facts_list_is_bounded_to_twice_the_briefing():
+    files = " ".join(f"pkg/{'sub' * 20}/module_{n:03}.py" for n in range(400))
     many = [Message(role="assistant", content=f"Touched {files}")]
     checked = check_summary(many, [], "## Goal\n- x", 8_000)
     added = len(checked.text) - len("## Goal\n- x")
     assert 0 < len(checked.repaired) < 60  # the probes: at most 60 paths
-    assert added <= briefing_tokens(8_000) * 2 + 2  # 4 characters a token, half
+    assert added <= briefing_tokens(8_000) * 4 * 2 + 2  # 4 characters a token, twice
     assert checked.before == 0.0 and 0 < checked.after < 1.0
 
 

@@ -220,14 +220,14 @@ def test_the_async_driver_reaches_the_same_outcome() -> None:
 
 def test_a_prune_that_lands_below_the_prune_alone_target_is_installed_alone() -> None:
     c, saved = new_committer()
-    # trigger 8000, prune-alone target 6000 (60% of the window): 9725 → 4925
+    # trigger 8000, prune-alone target 5000 (50% of the window): 9725 → 4925
     outcome, asked = run(context(session(12, 800), c, ratio=0.8, pruner=HalveTools()))
     assert outcome.action is PrepareAction.PRUNE and not asked and len(saved) == 1
 
 
 def test_a_prune_that_only_clears_the_trigger_goes_inside_the_checkpoint() -> None:
     c, saved = new_committer()
-    # 13325 → 6725 after pruning: under the trigger (8000) but above the target (6000), so
+    # 13325 → 6725 after pruning: under the trigger (8000) but above the target (5000), so
     # the old rule's prune-alone install (which breaks the cache for a few turns) is not made
     outcome, asked = run(context(session(12, 1100), c, ratio=0.8, pruner=HalveTools()))
     assert outcome.action is PrepareAction.SUMMARY and len(asked) == 1

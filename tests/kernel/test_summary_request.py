@@ -138,9 +138,10 @@ def test_validate_rejects_length_truncation_even_with_text() -> None:
         validate_summary_result(SummaryResult(text="## Goal\n- half", finish_reason="length"))
 
 
-@pytest.mark.parametrize(("window", "target"), [(4_000, 512), (27_904, 1_162), (59_904, 2_496),
-                                                (200_000, 3_072), (1_000_000, 3_072)])
-def test_briefing_length_is_a_24th_of_the_window_within_bounds(window: int,
+@pytest.mark.parametrize(("window", "target"), [(4_000, 512), (27_904, 581), (59_904, 1_248),
+                                                (123_904, 2_581), (200_000, 3_072),
+                                                (1_000_000, 3_072)])
+def test_briefing_length_is_a_48th_of_the_window_within_bounds(window: int,
                                                               target: int) -> None:
     assert briefing_tokens(window) == target
 
@@ -149,9 +150,9 @@ def test_the_instruction_asks_for_the_target_length_and_max_tokens_stays_the_cap
     request = build_summary_request(SYSTEM, REGION, TOOLS, window=59_904,
                                     target_tokens=briefing_tokens(59_904), focus="parser")
     instruction = request.messages[-1].content
-    assert request.target_tokens == 2_496 and request.max_tokens == 8_192  # never cut
-    assert "- Length: about 2496 tokens." in instruction
-    assert requested_length(instruction) == 2_496
+    assert request.target_tokens == 1_248 and request.max_tokens == 8_192  # never cut
+    assert "- Length: about 1248 tokens." in instruction
+    assert requested_length(instruction) == 1_248
     assert instruction.index("Length:") < instruction.index("parser")  # focus stays last
     assert is_summary_request(request.messages)
     assert requested_length(build_summary_request(None, REGION, (), window=1000)

@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--summary-tokens", type=int, default=DEFAULT_SUMMARY_TOKENS,
                         metavar="N", help="briefing length of summary requests that ask for "
                         f"none (default {DEFAULT_SUMMARY_TOKENS}; a sensitivity switch; "
-                        "ctxfold's ask for window/24)")
+                        "ctxfold's ask for window/48)")
     parser.add_argument("--compact-ratio", type=float, default=None, metavar="R",
                         help="trigger ratio (default: [agent] compact_ratio)")
     parser.add_argument("--estimator", default=None, metavar="NAME",

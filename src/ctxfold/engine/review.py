@@ -7,8 +7,8 @@ the commands run and the names written — are the replay's fidelity probes of t
 (:mod:`ctxfold.engine.probes`), plus the facts an earlier summary in the region kept verbatim.
 Each is looked for in the candidate (summary + kept messages) as the replay looks for it:
 constraints case- and whitespace-insensitively, the rest exactly. What the summary lost is
-appended to it, deterministically, as a ``## Facts kept verbatim`` list bounded to half
-of the briefing length; the receipt records the weighted share carried before and after. No
+appended to it, deterministically, as a ``## Facts kept verbatim`` list bounded to twice
+the briefing length; the receipt records the weighted share carried before and after. No
 model call, unless the second pass is switched on (``[checkpoint] check = "second-pass"``):
 the summarizer is then asked once more, naming the lost facts, and the list repairs what it
 still lost.
@@ -31,8 +31,9 @@ from ctxfold.kernel.summary import briefing_tokens, is_summary_message, unwrap_s
 from ctxfold.kernel.types import Message, PinBlock, Review
 
 FACTS_HEADING = "## Facts kept verbatim"
-#: The facts list holds at most this share of the briefing length (4 characters a token).
-FACTS_SHARE = 1 / 2
+#: The facts list holds at most this multiple of the briefing length (4 characters a
+#: token): verbatim facts cost no output tokens, so they carry more than the prose does.
+FACTS_SHARE = 2
 #: Kinds checked, in repair order: (weight in the score, label in the list, one line for
 #: all facts of the kind). The critical ones first, then commands and names, which get what
 #: room is left.

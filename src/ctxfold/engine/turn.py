@@ -158,7 +158,7 @@ def turn(ctx: TurnContext) -> TurnSteps:
 def output_left(ctx: TurnContext, request: ChatRequest, exc: ContextLimitError) -> int:
     """The output budget of a clip-and-retry (0: fold instead). With room to spare beyond
     :data:`OUTPUT_RESERVE`, the output is clipped to it. A prompt no larger than the tail a
-    checkpoint keeps verbatim (10 % of the window) leaves nothing a checkpoint could fold:
+    checkpoint keeps verbatim (5 % of the window) leaves nothing a checkpoint could fold:
     the output reservation overflowed, so the output gets what the window leaves after it."""
     window = exc.window or ctx.window()
     prompt = exc.prompt or ctx.estimate(request.messages)

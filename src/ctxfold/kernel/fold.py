@@ -1,4 +1,4 @@
-"""Planning a fold: head, 10% tail, fold region, safe prefix, new body (SPEC §3.3).
+"""Planning a fold: head, 5% tail, fold region, safe prefix, new body (SPEC §3.3).
 
 Pure functions over a view (``projection.messages + canonical[covered_count:]``). The view
 is described by ``body_len`` (how many leading view messages come from the projection body)
@@ -16,7 +16,7 @@ from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import Message
 from ctxfold.kernel.view import canonical_index
 
-TAIL_RATIO = 0.10
+TAIL_RATIO = 0.05
 HEAD_PIN_RATIO = 0.08
 MIN_FOLD_TOKENS = 400
 MIN_FOLD_MESSAGES = 2
@@ -73,7 +73,7 @@ def pinned_task(message: Message, position: int, window: int, count: TokenCount)
 
 
 def tail_start(view: Sequence[Message], head: int, window: int, count: TokenCount) -> int:
-    """Start of the verbatim tail: newest messages within 10% of the window, never starting
+    """Start of the verbatim tail: newest messages within 5% of the window, never starting
     on a tool result, always keeping the newest round: the last assistant message with its
     tool results, or the user turn that follows them (a finished round over budget folds)."""
     budget = int(window * TAIL_RATIO)

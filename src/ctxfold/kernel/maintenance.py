@@ -28,7 +28,7 @@ MAX_SUMMARIES: dict[Trigger, int] = {"pressure": 2, "overflow": 1, "manual": 1}
 MANUAL_RESCUE_SUMMARIES = 4
 #: A pressure prune is installed alone only when it lands below this share of the window
 #: (docs/performance.md, "Maintenance economics"); otherwise it goes into the checkpoint.
-PRUNE_ALONE_RATIO = 0.6
+PRUNE_ALONE_RATIO = 0.5
 
 
 def prune_alone_target(ctx: MaintenanceContext) -> int:

@@ -39,7 +39,7 @@ from ctxfold.kernel.view import input_hash, visible_view
 ABOVE_TRIGGER = "summary result remains above fold trigger after {n} attempts"
 NO_REGION = "above the maintenance threshold but no foldable region remains"
 NOTHING_TO_FOLD = (
-    "nothing to fold: the recent tail (10% of the window) and the pinned head already hold "
+    "nothing to fold: the recent tail (5% of the window) and the pinned head already hold "
     "the whole conversation"
 )
 NOT_SMALLER = "checkpoint candidate is not smaller than the request it replaces"

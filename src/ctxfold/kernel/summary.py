@@ -102,9 +102,9 @@ def is_summary_request(messages: Sequence[Message]) -> bool:
     return last.role == "user" and last.content.lstrip().startswith(SUMMARY_INSTRUCTION_MARKER)
 
 
-#: The briefing length asked for: a 24th of the window, within these bounds (tokens);
-#: with the check's facts list (up to half of it) a summary stays under about 4.6K tokens.
-BRIEFING_RATIO = 1 / 24
+#: The briefing length asked for: a 48th of the window, within these bounds (tokens);
+#: with the check's facts list (up to twice it) a summary stays under about 9.2K tokens.
+BRIEFING_RATIO = 1 / 48
 BRIEFING_MIN, BRIEFING_MAX = 512, 3072
 LENGTH_RULE = ("- Length: about {n} tokens. Merging an earlier summary never makes the "
                "briefing longer: drop the least useful details first.")
@@ -113,7 +113,7 @@ _LENGTH = re.compile(r"^- Length: about (\d{1,7}) tokens\.", re.MULTILINE)
 
 def briefing_tokens(window: int) -> int:
     """The briefing length a summary request asks for (``target_tokens``): the window over
-    24, from 512 to 3072 tokens. Asked of the model as a target, never enforced by cutting
+    48, from 512 to 3072 tokens. Asked of the model as a target, never enforced by cutting
     ``max_tokens`` (a truncated briefing is a failure)."""
     return min(BRIEFING_MAX, max(BRIEFING_MIN, int(window * BRIEFING_RATIO)))
 
