@@ -54,7 +54,7 @@ COMPARISON = ("codex-like", "opencode-like", "openhands-like")
 PEERS = ("pydantic-ai-harness", "langchain-summarization")
 
 #: name -> (prune-alone ratio, tail ratio, briefing share of the window (0 = none asked),
-#: facts share of the briefing (the summary check's list; 0 = nothing repaired), the task
+#: facts multiple of the briefing (the summary check's list; 0 = nothing repaired), the task
 #: statement's pinned share of the window)
 VARIANTS: dict[str, tuple[float, float, float, float, float]] = {
     "default": (0.50, 0.05, 1 / 48, 2, 0.08),
