@@ -86,12 +86,12 @@ def summary_request(
         return PlannedRequest(plan, request_for(plan.end))
     ends = fold.balanced_ends(view, plan)
     safe = fold.largest_safe_end(ends, fits)
-    after = next((e for e in ends if safe is not None and e > safe), plan.end)
-    if safe is not None and (sum(count(m) for m in view[plan.head : safe]) < fold.MIN_FOLD_TOKENS
-                             or not fits(after, safe)):
-        safe = None  # too little to free, or the next round could never fold unclipped
     if safe is not None:
-        return PlannedRequest(attrs.evolve(plan, end=safe), request_for(safe))
+        after = next((e for e in ends if e > safe), plan.end)  # the round that did not fit
+        # Too little to free, or that round could never fold unclipped: clip instead.
+        if (sum(count(m) for m in view[plan.head : safe]) >= fold.MIN_FOLD_TOKENS
+                and fits(after, safe)):
+            return PlannedRequest(attrs.evolve(plan, end=safe), request_for(safe))
     # A message too large for any summary request (a 55k-token answer in a 32k window): the
     # whole region with its largest messages clipped, which misses the cache once.
     clipped = clipped_request(request_for(plan.end), limit, estimator)
