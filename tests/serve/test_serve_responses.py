@@ -72,11 +72,11 @@ def test_a_responses_tool_loop_installs_a_checkpoint_with_byte_stable_inputs(
     first = json.loads(served.bodies[0])
     assert first["input"][0] == {"type": "message", "role": "system", "content": SYSTEM}
     assert "instructions" not in first and first["store"] is False
-    assert [t["name"] for t in first["tools"]] == ["bash", "use_capability"]
+    assert [t["name"] for t in first["tools"]] == ["bash"]  # nothing to page yet
     session = responses[-1].headers["x-ctxfold-session"]
     history = [Message(role="system", content=SYSTEM), *to_messages(items)]
-    plan = reconcile(session, served.canonical(session), history)
-    assert (plan.fork_id, plan.new) == ("", ())  # every item the client holds is kept
+    plan = reconcile(served.canonical(session), history)
+    assert plan.extends and plan.matched == len(history)  # every item the client holds is kept
 
 
 def test_a_chat_client_can_use_a_responses_upstream(serve) -> None:

@@ -10,6 +10,7 @@ headers is logged, stored or echoed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -28,8 +29,7 @@ from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import Wire, parse_request
 from ctxfold.serve.errors import ServeError, error_answer, error_envelope
 from ctxfold.serve.exchange import Exchange
-from ctxfold.serve.proxy import Proxy
-from ctxfold.serve.sessions import SESSION_HEADER
+from ctxfold.serve.proxy import REQUEST, Proxy
 
 log = logging.getLogger("ctxfold.serve")
 
@@ -104,7 +104,8 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
         except ValueError:
             raise ServeError("the request body is not JSON") from None
         client = parse_request(wire, body)
-        session_id = proxy.session_for(request.headers.get(SESSION_HEADER), client)
+        session_id = proxy.conversation(request.headers, client)
+        REQUEST.set((asyncio.get_running_loop(), forwarded))
         assert locks is not None
         session_id, cm = await proxy.route(session_id, client, locks)
         exchange = Exchange(cm, client, proxy.upstream, forwarded=forwarded,

@@ -17,9 +17,15 @@ from typing import Any
 
 import attrs
 
+from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.interop.chat import tool_schema_to_openai
+from ctxfold.interop.responses import tool_item
 from ctxfold.kernel.contracts import Provider
 from ctxfold.kernel.errors import ConfigError
+from ctxfold.kernel.summary import is_summary_message
+from ctxfold.kernel.types import SummaryRequest, SummaryResult
+from ctxfold.plugins.summarizers.llm import LLMSummarizer
 from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
 from ctxfold.transport.aclient import AsyncEventStream, AsyncHttpClient
 from ctxfold.transport.provider import HttpProvider, serialize_body
@@ -28,6 +34,14 @@ from ctxfold.transport.settings import JsonResult
 #: Fields both wire formats read alike, passed on when the client's format differs.
 _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_calls", "user",
                      "metadata", "service_tier"})
+
+
+def offers_capability(prepared: PreparedRequest) -> bool:
+    """Whether the view gives ``use_capability`` something to do: a checkpoint summary or a
+    bounded tool result to page (or an earlier call of it to continue)."""
+    return any(is_summary_message(m) or (m.role == "tool" and "result_ref=" in m.content)
+               or any(c.name == USE_CAPABILITY_TOOL.name for c in m.tool_calls)
+               for m in prepared.messages)
 
 
 def http_provider_of(provider: Provider) -> HttpProvider:
@@ -120,10 +134,14 @@ class Upstream:
         body: dict[str, Any] = {"model": request.model or self.model, field: view[field]}
         fields = request.fields if request.wire == self.wire else translate_fields(
             request.fields, self.wire)
+        tools = list(view.get("tools", []))
+        if offers_capability(prepared):
+            tools.append(tool_schema_to_openai(USE_CAPABILITY_TOOL) if self.wire == "chat"
+                         else tool_item(USE_CAPABILITY_TOOL))
         for key, value in fields.items():
-            body[key] = view.get("tools", []) if key == "tools" else value
-        if "tools" not in body and view.get("tools"):
-            body["tools"] = view["tools"]
+            body[key] = tools if key == "tools" else value
+        if "tools" not in body and tools:
+            body["tools"] = tools
         if self.wire == "chat" and request.stream:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, Mapping) else {}),
@@ -148,6 +166,17 @@ class Upstream:
         self._observe(body)
         async with self._http(forwarded).stream_events(self.path, body) as events:
             yield events
+
+    async def summarize(self, request: SummaryRequest, forwarded: str | None) -> SummaryResult:
+        """A checkpoint summary by the upstream model, with the key of the request that
+        needed it (``forwarded``) when no key is configured: the ``llm`` summarizer's request
+        (effort none, the summary cap, no retry), sent without streaming."""
+        chat = attrs.evolve(LLMSummarizer(self.provider).chat_request(request), stream=False)
+        body = self.translator.build_body(chat, model=self.model)
+        result = await self._http(forwarded).post_json(self.path, body, max_retries=0)
+        response = self.translator.parse_response(result.data, result.request_id)
+        return SummaryResult(text=response.message.content,
+                             finish_reason=response.finish_reason, usage=response.usage)
 
     async def aclose(self) -> None:
         """Close the connection pool (from the loop that used it)."""
