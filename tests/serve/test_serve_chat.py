@@ -148,10 +148,14 @@ def test_streamed_usage_is_what_the_upstream_reported_for_the_view(serve) -> Non
     assert usage["completion_tokens"] == record.completion_tokens
     assert usage["prompt_tokens_details"]["cached_tokens"] == record.cache_hit_tokens
     assert events[-1] == ("", "[DONE]")
-    # Without include_usage the client gets no usage chunk (clients index choices[0]).
+    # Without include_usage the client gets no usage chunk (clients index choices[0]), but
+    # the usage the upstream reported rides on the finish chunk, as DeepSeek sends it (it
+    # was dropped: LangChain lost its usage through the proxy).
     _response, events = served.stream("/chat/completions", {
         "model": "m", "messages": [{"role": "user", "content": "again"}]})
     assert all(d == "[DONE]" or d["choices"] for _n, d in events)
+    finish = [d for _n, d in events if d != "[DONE]" and d["choices"][0]["finish_reason"]]
+    assert finish[-1]["usage"]["prompt_tokens"] == served.emu.requests[-1].prompt_tokens
 
 
 def test_tool_results_are_bounded_before_they_go_upstream(serve) -> None:

@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import Wire, parse_request
-from ctxfold.serve.errors import ServeError, error_answer, error_envelope
+from ctxfold.serve.errors import ServeError, error_answer, error_envelope, error_headers
 from ctxfold.serve.exchange import Exchange
 from ctxfold.serve.proxy import REQUEST, Proxy
 
@@ -109,7 +109,8 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
         assert locks is not None
         session_id, cm = await proxy.route(session_id, client, locks)
         exchange = Exchange(cm, client, proxy.upstream, forwarded=forwarded,
-                            max_rounds=proxy.settings.max_rounds)
+                            max_rounds=proxy.settings.max_rounds,
+                            keepalive=proxy.settings.keepalive)
         headers = {"X-Ctxfold-Session": session_id}
         if client.stream:
             await exchange.open_stream()
@@ -124,8 +125,10 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
         done(status)
         log.warning("%s session=%s refused: %s", wire, session_id or "-",
                     redact_text(str(exc), forwarded))
-        return JSONResponse(payload, status_code=status,
-                            headers={"X-Ctxfold-Session": session_id} if session_id else {})
+        headers = error_headers(exc)
+        if session_id:
+            headers["X-Ctxfold-Session"] = session_id
+        return JSONResponse(payload, status_code=status, headers=headers)
     finally:
         if locks is not None:
             await locks.aclose()

@@ -65,7 +65,10 @@ class ServeSettings:
     ``max_rounds`` upstream calls (``use_capability`` rounds included). A request whose
     history continues a session another request holds waits ``fork_after`` seconds, then
     continues in a fork of it (two conversations that share their opening never block each
-    other)."""
+    other). ``upstream_retries``: how often the proxy itself retries an upstream call that
+    failed with a retryable status (default none: the client retries the 429 or 5xx it gets,
+    ``Retry-After`` included, so attempts never multiply). A stream that has had nothing to
+    send for ``keepalive`` seconds sends an SSE comment."""
 
     host: str = "127.0.0.1"
     port: int = 8787
@@ -75,6 +78,8 @@ class ServeSettings:
     fork_after: float = 2.0
     max_rounds: int = 4
     capacity: int = 256
+    upstream_retries: int = 0
+    keepalive: float = 15.0
 
 
 #: The running request's event loop and forwarded key, for the summaries it may need.
@@ -133,7 +138,8 @@ class Proxy:
         self.provider = provider
         self.settings = settings
         self.store_path = store_path
-        self.upstream = Upstream(provider, on_request=on_request)
+        self.upstream = Upstream(provider, retries=settings.upstream_retries,
+                                 on_request=on_request)
         self.registry = Registry.from_config(config)
         self.store: Store = self.registry.create(
             STORE, config.store.name, config=self.registry.resolve(config),

@@ -161,9 +161,10 @@ def chain_of(digests: Sequence[bytes]) -> list[bytes]:
     return chain
 
 
-def common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
-    """How many leading keys two chains share (equal chain links mean equal prefixes)."""
-    low, high = 0, min(len(a), len(b))
+def common_prefix(a: Sequence[bytes], b: Sequence[bytes], limit: int | None = None) -> int:
+    """How many leading keys two chains share (equal chain links mean equal prefixes), at
+    most ``limit``."""
+    low, high = 0, min(len(a), len(b), len(a) if limit is None else limit)
     while low < high:  # invariant: a[:low] == b[:low]; a[:high + 1] may differ
         mid = (low + high + 1) // 2
         if a[mid - 1] == b[mid - 1]:
@@ -231,6 +232,13 @@ class ClientView:
             self.chain.append(_link(self.chain[-1] if self.chain else b"", digest))
         self._open = message.role == "assistant" and bool(mine) and not theirs
 
+    @property
+    def visible(self) -> int:
+        """How many groups the client has seen: all but a trailing ``use_capability``
+        exchange that nothing continued (an answer that failed after it), which a retry of
+        the request continues."""
+        return len(self.groups) - (1 if self._open and self.groups else 0)
+
     def covered(self, groups: int) -> int:
         """How many transcript messages the first ``groups`` groups stand for."""
         return self.groups[groups - 1].end if groups else 0
@@ -240,7 +248,8 @@ class ClientView:
 class Match:
     """How a request's history meets one branch: the first ``matched`` of its messages
     are the branch's first ``matched`` groups, which stand for ``canonical[:covered]``;
-    ``extends`` when every group of the branch matched (the rest of the history is new)."""
+    ``extends`` when every group the client has seen matched (the rest of the history is
+    new and is appended after the whole transcript)."""
 
     matched: int
     covered: int
@@ -249,9 +258,9 @@ class Match:
 
 def match(view: ClientView, history_chain: Sequence[bytes]) -> Match:
     """Compare a history (its key chain) with a branch (its client view)."""
-    matched = common_prefix(view.chain, history_chain)
-    return Match(matched=matched, covered=view.covered(matched),
-                 extends=matched == len(view.groups))
+    visible = view.visible
+    matched = common_prefix(view.chain, history_chain, visible)
+    return Match(matched=matched, covered=view.covered(matched), extends=matched == visible)
 
 
 def reconcile(canonical: Sequence[Message], history: Sequence[Message]) -> Match:

@@ -88,7 +88,7 @@ class Upstream:
     """Where the proxy sends its requests. ``on_request`` sees the exact bytes of each
     body before it is sent (tests compare them between turns)."""
 
-    def __init__(self, provider: Provider, *,
+    def __init__(self, provider: Provider, *, retries: int = 0,
                  on_request: Callable[[bytes], None] | None = None) -> None:
         inner = http_provider_of(provider)
         self.provider = provider
@@ -100,6 +100,9 @@ class Upstream:
         self.model = inner.model
         self.settings = inner.http.settings
         self.on_request = on_request
+        #: Retries of a client's request: none by default — the client (its SDK) retries
+        #: what the proxy answers with a 429 or 5xx, so attempts do not multiply.
+        self.retries = retries
         # The provider's own factory keeps its seams (an async transport, clock, sleep).
         self._make: Callable[[], AsyncHttpClient] | None = getattr(inner, "_make_async", None)
         self._client: AsyncHttpClient | None = None
@@ -157,14 +160,16 @@ class Upstream:
     async def post(self, body: Mapping[str, Any], forwarded: str | None) -> JsonResult:
         """POST a non-streaming body; typed :class:`~ctxfold.ProviderError` on failure."""
         self._observe(body)
-        return await self._http(forwarded).post_json(self.path, body)
+        return await self._http(forwarded).post_json(self.path, body,
+                                                     max_retries=self.retries)
 
     @asynccontextmanager
     async def stream(self, body: Mapping[str, Any],
                      forwarded: str | None) -> AsyncIterator[AsyncEventStream]:
         """POST a streaming body; entering returns once the response headers arrived."""
         self._observe(body)
-        async with self._http(forwarded).stream_events(self.path, body) as events:
+        async with self._http(forwarded).stream_events(self.path, body,
+                                                       max_retries=self.retries) as events:
             yield events
 
     async def summarize(self, request: SummaryRequest, forwarded: str | None) -> SummaryResult:
