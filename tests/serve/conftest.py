@@ -38,6 +38,9 @@ BASH_RESPONSES = {"type": "function", "name": "bash", "description": "Run a shel
                   "parameters": BASH["function"]["parameters"]}
 
 
+ESTIMATOR = "heuristic"
+
+
 def quarter(text: str) -> int:
     """A fast token count for the emulator (one token per four characters)."""
     return max(1, len(text) // 4)
@@ -146,7 +149,7 @@ def serving(tmp_path: Path) -> Iterator[Callable[..., Served]]:
         root = tmp_path / "sessions"
         config = Config(provider=ProviderConfig(name=emu.profile.name,
                                                 api_key_env=api_key_env),
-                        estimator=EstimatorConfig(name="heuristic"),
+                        estimator=EstimatorConfig(name=ESTIMATOR),
                         summarizer=SummarizerConfig(name="llm"),
                         store=StoreConfig(path=str(root)))
         provider = ctxfold.create_provider(config, options=ProviderOptions(

@@ -142,9 +142,28 @@ def client_key(message: Message) -> Key:
     return (message.role, content, calls, message.tool_call_id or "")
 
 
+def _hash_key(key: Key) -> bytes:
+    """The SHA-256 of a key's strings, each length-prefixed (no JSON encoding on the
+    per-request path: a history's texts are hashed as they are)."""
+    h = hashlib.sha256()
+
+    def feed(value: Any) -> None:
+        if isinstance(value, str):
+            data = value.encode("utf-8", "surrogatepass")
+            h.update(b"s%d:" % len(data))
+            h.update(data)
+        else:
+            h.update(b"t%d:" % len(value))
+            for item in value:
+                feed(item)
+
+    feed(key)
+    return h.digest()
+
+
 def key_digest(message: Message) -> bytes:
-    """The SHA-256 of :func:`client_key`."""
-    return _digest(client_key(message))
+    """The digest of :func:`client_key`."""
+    return _hash_key(client_key(message))
 
 
 def _link(previous: bytes, digest: bytes) -> bytes:
@@ -223,7 +242,7 @@ class ClientView:
             self._calls.extend(theirs)
             calls = tuple(self._calls)
             text = ("",) if calls else ("".join(self._texts).strip(),)
-            self._set_last(Group(digest=_digest(("assistant", text, calls, "")),
+            self._set_last(Group(digest=_hash_key(("assistant", text, calls, "")),
                                  start=self.groups[-1].start, end=i + 1))
         else:
             self._texts, self._calls = [message.content], list(theirs)
