@@ -216,8 +216,10 @@ class PolicyOptions:
 
     ``window`` is the input budget every request of every policy must fit: the model's window
     minus ``reserve_output``, the output reservation the replay applies to all requests alike
-    (``model_window`` is the model's). ``summary_tokens`` is the briefing length every
-    summary request asks for (``SummaryRequest.target_tokens``)."""
+    (``model_window`` is the model's). ``summary_tokens`` is the briefing length of summary
+    requests that ask for none (``SummaryRequest.target_tokens``); with
+    ``equal_summary_length`` every summary request of every policy gets it, ctxfold's
+    included (the equal-length sensitivity run)."""
 
     tools: tuple[ToolSchema, ...]
     window: int
@@ -229,6 +231,7 @@ class PolicyOptions:
     constants: Mapping[str, float] = attrs.field(factory=dict)
     reserve_output: int = 0
     summary_tokens: int = 0
+    equal_summary_length: bool = False
 
     @property
     def model_window(self) -> int:

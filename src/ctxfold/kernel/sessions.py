@@ -55,9 +55,14 @@ class PolicyRequest:
     ``installed`` is True when the policy changed its projection for this request (summary,
     prune, truncation, masking moved) — the only places where the byte-prefix of the previous
     request may legitimately break. ``prunes`` counts the non-summary changes made.
+    ``tools`` are the tool schemas the request offers (``None``: the session's own; ctxfold
+    adds its ``use_capability`` tool). ``fallback_summaries`` counts summaries installed
+    without a summary call (a library's fixed fallback text).
     """
 
     messages: tuple[Message, ...]
     summaries: tuple[SummaryCall, ...] = ()
     installed: bool = False
     prunes: int = 0
+    tools: tuple[ToolSchema, ...] | None = None
+    fallback_summaries: int = 0
