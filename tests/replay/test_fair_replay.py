@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.replay.test_runner import tiny_replay
 
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.kernel.config import Config
@@ -25,7 +26,6 @@ from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.replay import ReplaySettings, replay_sessions
 from ctxfold.replay.demo import demo_session
 from ctxfold.replay.runner import build_policies
-from tests.replay.test_runner import tiny_replay
 
 
 @pytest.fixture(scope="module")

@@ -44,13 +44,13 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.usage import RequestUsage
 from pydantic_ai_harness.compaction import (
     ClearToolResults,
     DeduplicateFileReads,
     SummarizingCompaction,
     TieredCompaction,
 )
-from pydantic_ai.usage import RequestUsage
 from pydantic_ai_harness.compaction._summarizing_compaction import (
     SUMMARY_PREFIX,
     format_transcript,
