@@ -94,6 +94,8 @@ def replay_sessions(sessions: Sequence[object], settings: ReplaySettings, *,
     else:
         summarizer = reg.create(SUMMARIZER, settings.summarizer, config=cfg)
     equal = settings.summary_tokens is not None
+    length = settings.summary_tokens if settings.summary_tokens is not None \
+        else DEFAULT_SUMMARY_TOKENS
     results = []
     try:
         for index, session in enumerate(sessions):
@@ -102,7 +104,7 @@ def replay_sessions(sessions: Sequence[object], settings: ReplaySettings, *,
                 estimator=estimator, summarizer=summarizer, price=price,
                 window=settings.window, compact_ratio=settings.compact_ratio,
                 reserve_output=settings.reserve_output,
-                summary_tokens=(settings.summary_tokens if equal else DEFAULT_SUMMARY_TOKENS),
+                summary_tokens=length,
                 equal_summary_length=equal, on_step=on_step)
             if meter is not None and meter.refused is not None:
                 raise meter.refused  # the cap stopped summaries: the figures would mislead
