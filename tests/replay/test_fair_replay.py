@@ -14,7 +14,6 @@ from tests.replay.test_runner import tiny_replay
 
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.errors import SpendCapError
 from ctxfold.kernel.kinds import PolicyOptions
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.sessions import ImportedSession
@@ -25,6 +24,7 @@ from ctxfold.plugins.policies.opencode_like import opencode_truncate
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.replay import ReplaySettings, replay_sessions
 from ctxfold.replay.demo import demo_session
+from ctxfold.replay.live import SpendCapError
 from ctxfold.replay.runner import build_policies
 
 

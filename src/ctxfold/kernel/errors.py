@@ -25,7 +25,6 @@
     │   │                           summarize callable raised)
     │   └── PolicyFailedError       a replay policy could not build a request that fits
     ├── SmokeError                  a smoke-test step failed (assertion, cost cap, order)
-    ├── SpendCapError               a replay's real summarizer would pass its --max-usd
     └── ProviderError               anything that went wrong talking to a provider
         ├── AuthenticationError     401/403
         ├── RateLimitError          429 after the retry budget
@@ -124,11 +123,6 @@ class PolicyFailedError(MaintenanceError):
 
 class SmokeError(CtxfoldError):
     """A smoke-test assertion failed, the cost cap was hit, or a step ran out of order."""
-
-
-class SpendCapError(CtxfoldError):
-    """A replay run with a real summarizer (``--summarizer-provider``) stopped before a
-    summary request that could pass its spend cap (``--max-usd``); names the spend so far."""
 
 
 class ProviderError(CtxfoldError):

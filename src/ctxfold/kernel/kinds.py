@@ -214,12 +214,9 @@ class PolicyOptions:
     shared estimator and summarizer, a private scratch directory and the session name.
     ``constants`` tune a policy's named constants (tests); an unknown name is an error.
 
-    ``window`` is the input budget every request of every policy must fit: the model's window
-    minus ``reserve_output``, the output reservation the replay applies to all requests alike
-    (``model_window`` is the model's). ``summary_tokens`` is the briefing length of summary
-    requests that ask for none (``SummaryRequest.target_tokens``); with
-    ``equal_summary_length`` every summary request of every policy gets it, ctxfold's
-    included (the equal-length sensitivity run)."""
+    ``window`` is the input budget every request must fit: the model's window minus
+    ``reserve_output`` (``model_window`` is the model's). ``summary_tokens``: the briefing
+    length of summary requests asking none (with ``equal_summary_length``: of all)."""
 
     tools: tuple[ToolSchema, ...]
     window: int

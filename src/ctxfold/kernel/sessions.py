@@ -51,14 +51,10 @@ class SummaryCall:
 @attrs.frozen
 class PolicyRequest:
     """The request a replay policy would send before one recorded assistant message.
-
-    ``installed`` is True when the policy changed its projection for this request (summary,
-    prune, truncation, masking moved) — the only places where the byte-prefix of the previous
-    request may legitimately break. ``prunes`` counts the non-summary changes made.
-    ``tools`` are the tool schemas the request offers (``None``: the session's own; ctxfold
-    adds its ``use_capability`` tool). ``fallback_summaries`` counts summaries installed
-    without a summary call (a library's fixed fallback text).
-    """
+    ``installed``: the policy changed its projection (summary, prune, cut, mask) — only there
+    may the previous request's byte-prefix break; ``prunes``: the non-summary changes;
+    ``tools``: those offered (``None``: the session's); ``fallback_summaries``: summaries
+    installed without a call (a library's fixed fallback text)."""
 
     messages: tuple[Message, ...]
     summaries: tuple[SummaryCall, ...] = ()

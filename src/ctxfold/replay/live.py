@@ -7,7 +7,7 @@ cache-aligned requests as they are, the real libraries' as the one prompt the li
 sends its model. The key is the provider's own (e.g. ``DEEPSEEK_API_KEY`` for ``deepseek``),
 and a spend cap (``--max-usd``, priced with the replay's profile) refuses any request whose
 worst case — its prompt at the miss price plus its whole output allowance — would pass it;
-the run then stops with :class:`~ctxfold.kernel.errors.SpendCapError`.
+the run then stops with :class:`SpendCapError`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,17 @@ import attrs
 
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator
-from ctxfold.kernel.errors import ConfigError, SpendCapError
+from ctxfold.kernel.errors import ConfigError, CtxfoldError
 from ctxfold.kernel.kinds import PROVIDER
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import ChatRequest, ChatResponse, RequestShape, Usage
 from ctxfold.replay.pricing import Price
+
+
+class SpendCapError(CtxfoldError):
+    """A replay with a real summarizer stopped before a summary request that could pass its
+    spend cap (``--max-usd``); names the spend so far."""
+
 
 #: The default spend cap of a replay with a real summarizer (USD).
 DEFAULT_MAX_USD = 1.00
