@@ -112,6 +112,11 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
                             max_rounds=proxy.settings.max_rounds,
                             keepalive=proxy.settings.keepalive)
         headers = {"X-Ctxfold-Session": session_id}
+        dropped = proxy.upstream.dropped(client)
+        if dropped:
+            headers["X-Ctxfold-Dropped-Tools"] = ", ".join(dropped)
+            log.info("%s session=%s tools without a %s form, not offered upstream: %s",
+                     wire, session_id, proxy.upstream.wire, ", ".join(dropped))
         if client.stream:
             await exchange.open_stream()
             stream, locks = exchange.stream(locks), None  # the stream releases the locks

@@ -22,7 +22,7 @@ from ctxfold.kernel.errors import MessageError, SummarizerError
 from ctxfold.kernel.kinds import STORE, SUMMARIZER, StoreOptions
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
-from ctxfold.serve.client_request import ClientRequest
+from ctxfold.serve.client_request import ClientRequest, estimated_tools
 from ctxfold.serve.errors import ServeError, SessionBusyError
 from ctxfold.serve.pool import SessionPool
 from ctxfold.serve.sessions import (
@@ -224,7 +224,7 @@ class Proxy:
         what is new — in a fork when the history diverges from every session of its
         conversation, or continues one that another request holds. Returns the session
         that holds the history now."""
-        history, tools = request.history, request.tools
+        history, tools = request.history, estimated_tools(request)
         digests = await asyncio.to_thread(lambda: [key_digest(m) for m in history])
         chain = chain_of(digests)
         family = self._family(family_id)
@@ -294,7 +294,7 @@ class Proxy:
         more). The fork's name depends only on the shared prefix and the first differing
         message, so every replica finds the same one; a name another history took gets
         the next attempt number."""
-        history, tools = request.history, request.tools
+        history, tools = request.history, estimated_tools(request)
         prefix = chain[found.matched - 1] if found.matched else b""
         differing = digests[found.matched] if found.matched < len(digests) else None
         attempt = 0

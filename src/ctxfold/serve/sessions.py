@@ -133,13 +133,33 @@ def _calls(message: Message) -> tuple[tuple[str, str, str], ...]:
                  if c.name != USE_CAPABILITY)
 
 
+#: Responses item types a message models, and reasoning (clients may drop it): the rest —
+#: ``custom_tool_call``, ``web_search_call``, … — are part of what a message is.
+_UNKEYED_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
+
+
+def _item_keys(message: Message) -> tuple[str, ...]:
+    """The message's Responses items of other types, without their ids and statuses."""
+    out = []
+    for raw in message.responses_items:
+        try:
+            item = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and item.get("type") not in _UNKEYED_ITEMS:
+            out.append(json.dumps({k: v for k, v in item.items() if k not in ("id", "status")},
+                                  sort_keys=True, ensure_ascii=False))
+    return tuple(out)
+
+
 def client_key(message: Message) -> Key:
     """What the client can see of one message (see the module docstring): a tool result's
     full text (the transcript keeps it bounded, the client sends it whole), no
     ``use_capability`` calls."""
     calls = _calls(message)
     content = ("",) if message.role == "assistant" and calls else _content_key(message)
-    return (message.role, content, calls, message.tool_call_id or "")
+    items = _item_keys(message) if message.responses_items else ()
+    return (message.role, content, calls, message.tool_call_id or "", *items)
 
 
 def _hash_key(key: Key) -> bytes:

@@ -36,6 +36,10 @@ _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_c
                      "metadata", "service_tier"})
 
 
+#: Fields that only mean something when tools are offered.
+_TOOL_FIELDS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
+
+
 def offers_capability(prepared: PreparedRequest) -> bool:
     """Whether the view gives ``use_capability`` something to do: a checkpoint summary or a
     bounded tool result to page (or an earlier call of it to continue)."""
@@ -137,11 +141,13 @@ class Upstream:
         body: dict[str, Any] = {"model": request.model or self.model, field: view[field]}
         fields = request.fields if request.wire == self.wire else translate_fields(
             request.fields, self.wire)
-        tools = list(view.get("tools", []))
+        tools = self.tools(request)
         if offers_capability(prepared):
             tools.append(tool_schema_to_openai(USE_CAPABILITY_TOOL) if self.wire == "chat"
                          else tool_item(USE_CAPABILITY_TOOL))
         for key, value in fields.items():
+            if key in _TOOL_FIELDS and not tools:
+                continue  # every tool was left out: no empty list, no choice among none
             body[key] = tools if key == "tools" else value
         if "tools" not in body and tools:
             body["tools"] = tools
@@ -152,6 +158,23 @@ class Upstream:
         if self.wire == "responses" and cache_key and not body.get("prompt_cache_key"):
             body["prompt_cache_key"] = cache_key
         return body
+
+    def tools(self, request: ClientRequest) -> list[Any]:
+        """The client's tools for this upstream: in the client's own wire format, every
+        tool exactly as sent, whatever its type; in the other format, its function tools
+        converted (:meth:`dropped` names the rest, which have no form there)."""
+        if request.wire == self.wire:
+            return list(request.fields.get("tools") or [])
+        return [tool_schema_to_openai(t) if self.wire == "chat" else tool_item(t)
+                for t in request.tools]
+
+    def dropped(self, request: ClientRequest) -> list[str]:
+        """The client's tools this upstream cannot be offered (another wire format, and not
+        a function tool): ``type`` or ``type:name`` each."""
+        if request.wire == self.wire:
+            return []
+        return [f"{t['type']}:{t['name']}" if isinstance(t.get("name"), str) else
+                str(t["type"]) for t in request.other_tools]
 
     def _observe(self, body: Mapping[str, Any]) -> None:
         if self.on_request is not None:
