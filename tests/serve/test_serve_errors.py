@@ -109,3 +109,22 @@ def test_a_stalled_upstream_stream_keeps_the_client_connection_alive(serve) -> N
     assert lines.count(": keep-alive") >= 2
     errors = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
     assert errors and "error" in errors[-1]  # the stall ended: an error event, not silence
+
+
+def test_a_message_no_request_could_carry_is_refused_before_it_is_written(serve) -> None:
+    """It was written, and then the session refused every request that kept it."""
+    served = serve(script=[ReplySpec(text="ok"), ReplySpec(text="still here")], window=4000)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    first = served.post("/chat/completions", {"model": "m", "messages": history})
+    session = first.headers["x-ctxfold-session"]
+    before = served.transcript_bytes(session)
+    history.append(first.json()["choices"][0]["message"])
+    huge = [*history, {"role": "user", "content": "word " * 20_000}]
+    refused = served.post("/chat/completions", {"model": "m", "messages": huge})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "context_length_exceeded"
+    assert "nothing was written" in refused.json()["error"]["message"]
+    assert served.transcript_bytes(session) == before
+    history.append({"role": "user", "content": "a short one then"})
+    again = served.post("/chat/completions", {"model": "m", "messages": history})
+    assert again.status_code == 200 and again.headers["x-ctxfold-session"] == session

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 
 import attrs
 
+from ctxfold.capabilities.bounding import bound_new_message
 from ctxfold.config.load import LoadedConfig
 from ctxfold.engine.manager import ContextManager
 from ctxfold.engine.opening import create_provider, open_session
@@ -21,7 +22,13 @@ from ctxfold.kernel.contracts import Provider, Store
 from ctxfold.kernel.errors import MessageError, SummarizerError
 from ctxfold.kernel.kinds import STORE, SUMMARIZER, StoreOptions
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
+from ctxfold.kernel.types import (
+    Message,
+    RequestShape,
+    SummaryRequest,
+    SummaryResult,
+    ToolSchema,
+)
 from ctxfold.serve.client_request import ClientRequest, estimated_tools
 from ctxfold.serve.errors import ServeError, SessionBusyError
 from ctxfold.serve.pool import SessionPool
@@ -275,6 +282,7 @@ class Proxy:
         held.stack.callback(self._settled, family, session_id, cm)
         if new:
             try:
+                await asyncio.to_thread(_admit, cm, new)
                 await asyncio.to_thread(cm.append, *new)
             except MessageError as exc:
                 raise ServeError(f"session {session_id!r}: {exc}") from None
@@ -326,6 +334,23 @@ class Proxy:
         close = getattr(self.provider, "close", None)
         if callable(close):
             close()
+
+
+def _admit(cm: ContextManager, new: Sequence[Message]) -> None:
+    """Refuse, before anything is written, a new message no request could ever carry: one
+    that alone is at or above the window's hard ceiling (tool results count bounded, as
+    they are stored). Appended, it would make every later request of the session fail."""
+    for i, message in enumerate(new):
+        if len(message.text) * 4 < cm.hard_ceiling:  # at most 4 tokens per character
+            continue
+        stored = bound_new_message(message)
+        tokens = cm.estimator.estimate(RequestShape([stored], ()))
+        if tokens >= cm.hard_ceiling:
+            raise ServeError(
+                f"a new message of the request ({stored.role}, the {i + 1}. of "
+                f"{len(new)}) holds about {tokens} tokens, at or above what the window of "
+                f"{cm.window} tokens can carry ({cm.hard_ceiling}); nothing was written — "
+                "send it shorter or in parts", code="context_length_exceeded")
 
 
 def bearer(authorization: str | None) -> str | None:
