@@ -17,6 +17,7 @@ RULES = {"rules": [
      "replies": [{"tool_calls": [{"name": "bash", "arguments": {"command": "seq {{turn}}"}}]},
                  {"tool_calls": [{"name": "bash", "arguments": "{\"command\": \"ls\"}"}]}]},
     {"when": {"last": "tool", "contains": "secret"}, "reply": {"text": "found it ({{n}})"}},
+    {"when": {"last": "tool", "results_at_least": 2}, "reply": {"text": "{{results}} results"}},
     {"when": {"last": "tool"}, "reply": {"text": "turn {{turn}} done, answer {{n}}"}},
 ]}
 
@@ -55,6 +56,8 @@ def test_first_matching_rule_answers_with_placeholders_filled(tmp_path, chars) -
         assert _chat(client, result, TOOLS)["content"] == "found it (1)"
         # nothing matches (the last message is the assistant's): the default reply
         assert _chat(client, result[:-1], TOOLS)["content"] == "OK."
+        more = [*result, {"role": "tool", "tool_call_id": "c1", "content": "again"}]
+        assert _chat(client, more, TOOLS)["content"] == "2 results"
 
 
 def test_rule_matches_responses_items_and_namespaced_tools(chars) -> None:

@@ -35,11 +35,14 @@ rule whose ``when`` holds for a request answers it, with its replies in turn (cy
 * ``contains``: a substring of the last message's text.
 * ``first_user_contains`` / ``system_contains``: a substring of the first user message /
   of the system prompt (every system or developer message, Responses ``instructions``).
-* ``turn_at_least``: at least this many user messages in the request.
+* ``turn_at_least`` / ``results_at_least``: at least this many user messages / tool results
+  in the request.
 
 In a reply's text and tool-call arguments, ``{{turn}}`` is the number of user messages in the
-request (the same for every round of one turn, and the same when the turn is sent again) and
-``{{n}}`` the number of times this rule has answered (from 1). A request that matches no rule
+request (the same for every round of one turn, and the same when the turn is sent again),
+``{{results}}`` the number of tool results in it (both depend only on the request, so a client
+that re-runs a conversation gets the same replies again) and ``{{n}}`` the number of times this
+rule has answered (from 1). A request that matches no rule
 gets the default reply ``"OK."``.
 """
 
@@ -97,7 +100,7 @@ def _call_id(index: int, call: ToolCall) -> str:
 
 _ROLES = ("user", "tool", "assistant", "system")
 _WHEN_KEYS = ("last", "tools", "no_tools", "contains", "first_user_contains",
-              "system_contains", "turn_at_least")
+              "system_contains", "turn_at_least", "results_at_least")
 
 
 @attrs.frozen(kw_only=True)
@@ -111,6 +114,7 @@ class When:
     first_user_contains: str | None = None
     system_contains: str | None = None
     turn_at_least: int | None = None
+    results_at_least: int | None = None
 
     def holds(self, body: Mapping[str, Any], messages: Sequence[Message]) -> bool:
         """Whether every condition given holds for this request."""
@@ -133,6 +137,8 @@ class When:
             system = "\n".join(_text(m) for m in messages if m.role == "system")
             if self.system_contains not in system:
                 return False
+        if self.results_at_least is not None and tool_results(messages) < self.results_at_least:
+            return False
         return self.turn_at_least is None or user_turns(messages) >= self.turn_at_least
 
 
@@ -159,6 +165,11 @@ def _text(message: Message) -> str:
 def user_turns(messages: Sequence[Message]) -> int:
     """How many user messages the request holds (``{{turn}}``)."""
     return sum(1 for m in messages if m.role == "user")
+
+
+def tool_results(messages: Sequence[Message]) -> int:
+    """How many tool results the request holds (``{{results}}``)."""
+    return sum(1 for m in messages if m.role == "tool")
 
 
 def tool_names(body: Mapping[str, Any]) -> set[str]:
@@ -196,7 +207,8 @@ class RuleScript:
                 self._counts[index] += 1
                 count = self._counts[index]
             spec = rule.replies[(count - 1) % len(rule.replies)]
-            return _fill(spec, {"{{turn}}": str(user_turns(messages)), "{{n}}": str(count)})
+            return _fill(spec, {"{{turn}}": str(user_turns(messages)),
+                                "{{results}}": str(tool_results(messages)), "{{n}}": str(count)})
         return ReplySpec()
 
 
@@ -229,16 +241,20 @@ def _when(data: Any, where: str) -> When:
     no_tools = data.get("no_tools")
     if no_tools is not None and not isinstance(no_tools, bool):
         raise ConfigError(f"{where}.no_tools: must be true or false")
-    texts = {}
+    texts: dict[str, Any] = {}
     for key in ("contains", "first_user_contains", "system_contains"):
         value = data.get(key)
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"{where}.{key}: must be a string")
         texts[key] = value
-    turn = data.get("turn_at_least")
-    if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool) or turn < 0):
-        raise ConfigError(f"{where}.turn_at_least: must be a whole number >= 0")
-    return When(last=last, tools=tuple(tools), no_tools=no_tools, turn_at_least=turn, **texts)
+    counts: dict[str, Any] = {}
+    for key in ("turn_at_least", "results_at_least"):
+        value = data.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
+            raise ConfigError(f"{where}.{key}: must be a whole number >= 0")
+        counts[key] = value
+    return When(last=last, tools=tuple(tools), no_tools=no_tools, **counts, **texts)
 
 
 def rules_from_dict(data: Mapping[str, Any], where: str) -> RuleScript:
