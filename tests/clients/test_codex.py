@@ -21,7 +21,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from tests.clients.harness import (
     Stack,
     check_client,
