@@ -122,6 +122,9 @@ class Stack:
         if override:  # e.g. to see what fails apart from the forwarded key
             assert override in ("forwarded", "configured"), override
             self.key_mode = override  # type: ignore[assignment]
+        window = os.environ.get("CTXFOLD_CLIENTS_WINDOW")
+        if window:  # diagnosis: a window no session reaches shows what fails without a fold
+            self.window = int(window)
         self.root.mkdir(parents=True, exist_ok=True)
         rules = self.root / "rules.json"
         rules.write_text(json.dumps(self.rules, indent=1))
@@ -318,6 +321,12 @@ def tool_rounds(requests: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
             rounds += [(str(names.get(t.get("call_id"))), _text_of(t.get("output")))
                        for t in reversed(tail)]
     return rounds
+
+
+def reached_upstream(stack: Stack, text: str) -> bool:
+    """Whether a message containing ``text`` was in some upstream request's history."""
+    return any(text in json.dumps(r.get("body"), ensure_ascii=False)
+               for r in stack.upstream_requests())
 
 
 def install_count(stack: Stack) -> int:

@@ -26,6 +26,7 @@ from tests.clients.harness import (
     check_client,
     check_run,
     client_env,
+    reached_upstream,
     run_client,
     running,
     tool,
@@ -95,3 +96,4 @@ def test_codex_long_session_resumed_per_turn_then_forked(tmp_path: Path, model: 
     steps = {out.split("CTXFOLD-STEP-")[1].split()[0] for _, out in rounds
              if "CTXFOLD-STEP-" in out}
     assert len(steps) >= TURNS, sorted(steps)
+    assert reached_upstream(stack, "After the fork: print it again.")

@@ -22,6 +22,7 @@ from tests.clients.harness import (
     check_client,
     check_run,
     client_env,
+    reached_upstream,
     run_client,
     running,
     tool,
@@ -98,3 +99,4 @@ def test_opencode_long_session_with_its_bash_tool_then_a_fork(tmp_path: Path) ->
     assert {name for name, _ in rounds} == {"bash"}
     steps = {out.split()[0] for _, out in rounds if out.startswith("CTXFOLD-STEP-")}
     assert len(steps) >= TURNS, sorted(steps)
+    assert reached_upstream(stack, "After the fork: print the filler once more.")
