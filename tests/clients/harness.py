@@ -132,7 +132,7 @@ class Stack:
         env[EMULATOR_KEY_ENV] = CLIENT_KEY
         emu, self.emulator_url = _start(
             [CTXFOLD, "emulate", "--port", "0", "--profile", self.profile, "--script",
-             str(rules), "--log-requests", str(self.emulator_log), "--require-key-env",
+             str(rules), "--log-requests", str(self.emulator_log), "--key-env",
              EMULATOR_KEY_ENV], env=env, log=self.root / "emulate.log")
         self._procs.append(emu)
         upstream = self.emulator_url + ("/v1" if self.profile == "responses" else "")
