@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from ctxfold.emulator import Emulator, load_script
-from ctxfold.emulator.script import RuleScript, rules_from_dict, tool_names
+from ctxfold.emulator.rules import RuleScript, rules_from_dict, tool_names
 from ctxfold.kernel.errors import ConfigError
 
 RULES = {"rules": [

@@ -176,11 +176,10 @@ class Emulator:
         return hmac.compare_digest(sent.encode(), f"Bearer {self._require_key}".encode())
 
     def _unauthorized(self, index: int, path: str) -> Outcome:
-        err = wire_chat.error_body(self.profile, 401, "Authentication Fails: the request sent "
-                                   "no API key or a wrong one (emulated)",
-                                   err_type="authentication_error", code="invalid_api_key")
-        return Outcome(401, err, record=RequestRecord(index=index, path=path, body={},
-                                                      status=401))
+        err = wire_chat.error_body(self.profile, 401, "Authentication Fails: no API key or a "
+                                   "wrong one (emulated)", err_type="authentication_error",
+                                   code="invalid_api_key")
+        return Outcome(401, err, record=RequestRecord(index=index, path=path, body={}, status=401))
 
     def models(self, path: str, headers: Mapping[str, str] | None = None) -> Outcome:
         """``GET /v1/models``: the profile's model, in the OpenAI list shape."""
