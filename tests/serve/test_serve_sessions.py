@@ -244,3 +244,30 @@ def test_a_fork_of_a_long_session_keeps_its_checkpoint(serve) -> None:
     sent = json.loads(served.bodies[-1])["messages"]
     assert "<compaction-summary>" in json.dumps(sent)
     assert len(sent) < len(edited)
+
+
+def test_a_clients_own_fork_under_a_new_id_starts_from_the_checkpoint(serve) -> None:
+    """Codex's ``exec fork`` sends the parent's whole history under a new thread id: a new
+    conversation, which used to start with no checkpoint (a fold of everything again, or a
+    400 when one fold could not bring it under the ceiling)."""
+    served = serve(script=[call(f"c{i}") for i in range(40)], window=6000)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "agent"},
+                                     {"role": "user", "content": "build it"}]
+    for i in range(14):
+        answer = turn(served, history, session_id="thread-1").json()["choices"][0]["message"]
+        history += [answer, {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"],
+                             "content": log_text(2400, f"step{i}")}]
+    parent = conversation_session("thread-1")
+    projection = ctxfold.open_session(parent, config=served.config, create=False,
+                                      summarize=lambda _r: "").state.projection
+    assert projection is not None
+    sent_before = len(served.bodies)
+    forked = turn(served, history, session_id="thread-2")  # the whole history, a new id
+    assert forked.headers["x-ctxfold-session"] == conversation_session("thread-2")
+    assert len(served.bodies) == sent_before + 1  # no summary: it started from the checkpoint
+    sent = json.loads(served.bodies[-1])["messages"]
+    assert "<compaction-summary>" in json.dumps(sent) and len(sent) < len(history)
+    child = ctxfold.open_session(conversation_session("thread-2"), config=served.config,
+                                 create=False, summarize=lambda _r: "")
+    assert child.state.projection is not None
+    assert child.state.projection.covered_count >= projection.covered_count
