@@ -29,9 +29,13 @@ from tests.clients.harness import (
     venv_python,
 )
 
+#: The turn number the client wrote in its newest message (it survives the proxy's folding,
+#: which a count of the request's messages does not).
+TURN = "{{match:Turn ([0-9]+)}}"
+
 TURNS = 18
 FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod\n" * 40
-WHOLE = "notes.md\n```\n# Step {{turn}}\nCTXFOLD-STEP-{{turn}}\n" + FILLER + "```\n"
+WHOLE = "notes.md\n```\n# Step " + TURN + "\nCTXFOLD-STEP-" + TURN + "\n" + FILLER + "```\n"
 
 RULES = {"rules": [
     {"when": {"system_contains": "summarize this partial conversation"},

@@ -33,12 +33,16 @@ from tests.clients.harness import (
     tool_rounds,
 )
 
+#: The turn number the client wrote in its newest message (it survives the proxy's folding,
+#: which a count of the request's messages does not).
+TURN = "{{match:Turn ([0-9]+)}}"
+
 TURNS = 16
-PRINT = ("python3 -c \"print('CTXFOLD-STEP-{{turn}} ' + 'lorem ipsum dolor sit amet, "
+PRINT = ("python3 -c \"print('CTXFOLD-STEP-" + TURN + " ' + 'lorem ipsum dolor sit amet, "
          "consectetur adipiscing elit ' * 200)\"")
 
 RULES = {"rules": [
-    {"when": {"last": "tool"}, "reply": {"text": "Turn {{turn}}: printed."}},
+    {"when": {"last": "tool"}, "reply": {"text": "Turn {{match:Turn ([0-9]+)}}: printed."}},
     {"when": {"last": "user", "tools": ["exec_command"]},
      "reply": {"text": "", "tool_calls": [{"name": "exec_command",
                                            "arguments": {"cmd": PRINT}}]}},

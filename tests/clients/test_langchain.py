@@ -28,14 +28,18 @@ from tests.clients.harness import (
     venv_python,
 )
 
+#: The turn number the client wrote in its newest message (it survives the proxy's folding,
+#: which a count of the request's messages does not).
+TURN = "{{match:Turn ([0-9]+)}}"
+
 TURNS = 16
 REWIND_BACK = 3
 
 RULES = {"rules": [
-    {"when": {"last": "tool"}, "reply": {"text": "Turn {{turn}}: I have read the filler."}},
+    {"when": {"last": "tool"}, "reply": {"text": "Turn " + TURN + ": I have read the filler."}},
     {"when": {"last": "user", "tools": ["read_step"]},
      "reply": {"text": "", "tool_calls": [{"name": "read_step",
-                                           "arguments": {"step": "{{turn}}"}}]}},
+                                           "arguments": {"step": "{{match:Turn ([0-9]+)}}"}}]}},
 ]}
 
 AGENT = textwrap.dedent('''

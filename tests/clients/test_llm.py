@@ -27,6 +27,10 @@ from tests.clients.harness import (
     venv_python,
 )
 
+#: The turn number the client wrote in its newest message (it survives the proxy's folding,
+#: which a count of the request's messages does not).
+TURN = "{{match:Turn ([0-9]+)}}"
+
 TURNS = 16
 REWIND_BACK = 3
 
@@ -37,9 +41,9 @@ TOOLS = textwrap.dedent('''
 ''')
 
 RULES = {"rules": [
-    {"when": {"last": "tool"}, "reply": {"text": "Turn {{turn}}: I have read the filler."}},
+    {"when": {"last": "tool"}, "reply": {"text": "Turn " + TURN + ": I have read the filler."}},
     {"when": {"last": "user", "tools": ["lorem"]},
-     "reply": {"text": "", "tool_calls": [{"name": "lorem", "arguments": {"step": "{{turn}}"}}]}},
+     "reply": {"text": "", "tool_calls": [{"name": "lorem", "arguments": {"step": TURN}}]}},
 ]}
 
 FORK = textwrap.dedent('''

@@ -25,7 +25,10 @@ from tests.clients.harness import (
 
 STEPS = 30  # tool rounds of one run
 FORK_AT = 14  # from this round on, each command also prints marker.txt (differs per run)
-PRINT = ("python3 -c \"print('CTXFOLD-STEP-{{results}} ' + 'lorem ipsum dolor sit amet, "
+#: The step number comes from the newest marker the agent printed, not from how many tool
+#: results the request holds: once the proxy folds a checkpoint, it holds fewer.
+STEP = "{{next:CTXFOLD-STEP-([0-9]+)}}"
+PRINT = ("python3 -c \"print('CTXFOLD-STEP-" + STEP + " ' + 'lorem ipsum dolor sit amet, "
          "consectetur adipiscing elit ' * 120)\"")
 DONE = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 TASK = "Print the numbered filler text, step by step, then submit."
@@ -36,12 +39,12 @@ def _bash(command: str, text: str) -> dict:
 
 
 RULES = {"rules": [
-    {"when": {"tools": ["bash"], "results_at_least": STEPS},
+    {"when": {"tools": ["bash"], "found_at_least": ["CTXFOLD-STEP-([0-9]+)", STEPS]},
      "reply": _bash(DONE, "All steps are printed; submitting.")},
-    {"when": {"tools": ["bash"], "results_at_least": FORK_AT},
-     "reply": _bash("cat marker.txt && " + PRINT, "Step {{results}}: the marker, then the text.")},
+    {"when": {"tools": ["bash"], "found_at_least": ["CTXFOLD-STEP-([0-9]+)", FORK_AT]},
+     "reply": _bash("cat marker.txt && " + PRINT, f"Step {STEP}: the marker, then the text.")},
     {"when": {"tools": ["bash"]},
-     "reply": _bash(PRINT, "Step {{results}}: printing the filler text.")},
+     "reply": _bash(PRINT, f"Step {STEP}: printing the filler text.")},
 ]}
 
 
@@ -75,5 +78,5 @@ def test_mini_swe_agent_long_task_then_a_rerun_that_forks(tmp_path: Path) -> Non
     assert {name for name, _ in rounds} == {"bash"}, rounds[:3]
     steps = {out.split("CTXFOLD-STEP-")[1].split()[0] for _, out in rounds
              if "CTXFOLD-STEP-" in out}
-    assert steps >= {str(i) for i in range(STEPS)}, sorted(steps, key=int)
+    assert steps >= {str(i) for i in range(1, STEPS + 1)}, sorted(steps, key=int)
     assert any("second run" in out for _, out in rounds), "the re-run never reached the fork"

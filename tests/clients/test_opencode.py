@@ -29,15 +29,19 @@ from tests.clients.harness import (
     tool_rounds,
 )
 
+#: The turn number the client wrote in its newest message (it survives the proxy's folding,
+#: which a count of the request's messages does not).
+TURN = "{{match:Turn ([0-9]+)}}"
+
 TURNS = 14
-PRINT = ("python3 -c \"print('CTXFOLD-STEP-{{turn}} ' + 'lorem ipsum dolor sit amet, "
+PRINT = ("python3 -c \"print('CTXFOLD-STEP-" + TURN + " ' + 'lorem ipsum dolor sit amet, "
          "consectetur adipiscing elit ' * 200)\"")
-SPACED = json.dumps({"command": PRINT, "description": "Print step {{turn}} of the filler"},
+SPACED = json.dumps({"command": PRINT, "description": "Print step " + TURN + " of the filler"},
                     separators=(", ", ": "))
 
 RULES = {"rules": [
     {"when": {"no_tools": True}, "reply": {"text": "Filler steps"}},
-    {"when": {"last": "tool"}, "reply": {"text": "Turn {{turn}}: printed."}},
+    {"when": {"last": "tool"}, "reply": {"text": "Turn {{match:Turn ([0-9]+)}}: printed."}},
     {"when": {"last": "user", "tools": ["bash"]},
      "reply": {"text": "", "tool_calls": [{"name": "bash", "arguments": SPACED}]}},
 ]}

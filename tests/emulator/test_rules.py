@@ -112,3 +112,31 @@ def test_require_key_refuses_a_missing_or_wrong_key(chars) -> None:
                          headers={"Authorization": "Bearer sk-right"})
         assert ok.status_code == 200
         assert [r.status for r in emu.requests] == [401, 401, 200]
+
+
+def test_numbers_found_in_the_newest_messages_survive_folding() -> None:
+    """``{{turn}}`` and ``{{results}}`` count the request's messages, which a proxy's fold
+    makes fewer; ``{{match:…}}``/``{{next:…}}``/``found_at_least`` read the newest
+    messages, which every request keeps."""
+    from ctxfold.kernel.types import Message, ToolCall
+
+    script = rules_from_dict({"rules": [
+        {"when": {"found_at_least": ["STEP-([0-9]+)", 3]}, "reply": {"text": "done"}},
+        {"when": {}, "reply": {"text": "turn {{match:Turn ([0-9]+)}}", "tool_calls": [
+            {"name": "bash", "arguments": {"command": "echo STEP-{{next:STEP-([0-9]+)}}"}}]}},
+    ]}, "rules")
+    folded = [Message(role="user", content="<compaction-summary>STEP-0 was long ago"),
+              Message(role="user", content="Turn 7: go on")]
+    reply = script.reply({}, folded)
+    assert reply.text == "turn 7"
+    assert json.loads(reply.tool_calls[0].arguments) == {"command": "echo STEP-1"}
+    after = [*folded, Message(role="assistant", content="", tool_calls=(
+        ToolCall(id="c1", name="bash", arguments='{"command": "echo STEP-2"}'),)),
+        Message(role="tool", tool_call_id="c1", content="STEP-2")]
+    assert json.loads(script.reply({}, after).tool_calls[0].arguments)["command"] == (
+        "echo STEP-3")
+    done = [*after, Message(role="tool", tool_call_id="c1", content="STEP-3")]
+    assert script.reply({}, done).text == "done"
+    with pytest.raises(ConfigError, match="found_at_least"):
+        rules_from_dict({"rules": [{"when": {"found_at_least": ["(", 1]},
+                                    "reply": {"text": "x"}}]}, "rules")

@@ -27,18 +27,26 @@ rule whose ``when`` holds for a request answers it, with its replies in turn (cy
   of the system prompt (every system or developer message, Responses ``instructions``).
 * ``turn_at_least`` / ``results_at_least``: at least this many user messages / tool results
   in the request.
+* ``found_at_least``: ``[REGEX, N]``, the number ``{{match:REGEX}}`` would give is at least N
+  (a count that survives a proxy's folding, see below).
 
 In a reply's text and tool-call arguments, ``{{turn}}`` is the number of user messages in the
 request (the same for every round of one turn, and the same when the turn is sent again),
 ``{{results}}`` the number of tool results in it (both depend only on the request, so a client
 that re-runs a conversation gets the same replies again) and ``{{n}}`` the number of times this
-rule has answered (from 1). A request that matches no rule
+rule has answered (from 1). Those counts are of the request, which a proxy in front of the
+emulator makes smaller when it folds a checkpoint; a number that must survive folding comes
+from the newest messages instead: ``{{match:REGEX}}`` is the first group of ``REGEX`` in the
+newest message it matches (text or tool-call arguments; ``0`` when none does) and
+``{{next:REGEX}}`` that number plus one (``1`` when none) — e.g. ``{{match:Turn (\\d+)}}``
+for a turn number the client writes in its own message. A request that matches no rule
 gets the default reply ``"OK."``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -52,7 +60,7 @@ from ctxfold.kernel.types import Message
 
 _ROLES = ("user", "tool", "assistant", "system")
 _WHEN_KEYS = ("last", "tools", "no_tools", "contains", "first_user_contains",
-              "system_contains", "turn_at_least", "results_at_least")
+              "system_contains", "turn_at_least", "results_at_least", "found_at_least")
 
 
 @attrs.frozen(kw_only=True)
@@ -67,6 +75,8 @@ class When:
     system_contains: str | None = None
     turn_at_least: int | None = None
     results_at_least: int | None = None
+    #: ``[REGEX, N]``: the number ``{{match:REGEX}}`` finds is at least N.
+    found_at_least: tuple[str, int] | None = None
 
     def holds(self, body: Mapping[str, Any], messages: Sequence[Message]) -> bool:
         """Whether every condition given holds for this request."""
@@ -90,6 +100,9 @@ class When:
             if self.system_contains not in system:
                 return False
         if self.results_at_least is not None and tool_results(messages) < self.results_at_least:
+            return False
+        if self.found_at_least is not None and (
+                found_number(messages, self.found_at_least[0]) or 0) < self.found_at_least[1]:
             return False
         return self.turn_at_least is None or user_turns(messages) >= self.turn_at_least
 
@@ -159,16 +172,44 @@ class RuleScript:
                 self._counts[index] += 1
                 count = self._counts[index]
             spec = rule.replies[(count - 1) % len(rule.replies)]
-            return _fill(spec, {"{{turn}}": str(user_turns(messages)),
-                                "{{results}}": str(tool_results(messages)), "{{n}}": str(count)})
+            return _fill(spec, messages, {"{{turn}}": str(user_turns(messages)),
+                                          "{{results}}": str(tool_results(messages)),
+                                          "{{n}}": str(count)})
         return ReplySpec()
 
 
-def _fill(spec: ReplySpec, values: Mapping[str, str]) -> ReplySpec:
+#: ``{{match:REGEX}}`` / ``{{next:REGEX}}`` (module doc).
+_FOUND = re.compile(r"\{\{(match|next):(.+?)\}\}")
+
+
+def found_number(messages: Sequence[Message], pattern: str) -> int | None:
+    """The first group of ``pattern`` in the newest message whose text (or tool-call
+    arguments) it matches, as an integer."""
+    regex = re.compile(pattern)
+    for message in reversed(messages):
+        texts = [_text(message), *(c.arguments for c in message.tool_calls)]
+        for text in texts:
+            hit = regex.search(text)
+            if hit is not None:
+                try:
+                    return int(hit.group(1) if hit.groups() else hit.group(0))
+                except ValueError:
+                    return None
+    return None
+
+
+def _fill(spec: ReplySpec, messages: Sequence[Message],
+          values: Mapping[str, str]) -> ReplySpec:
+    def found(hit: re.Match[str]) -> str:
+        number = found_number(messages, hit.group(2))
+        if hit.group(1) == "next":
+            return str(1 + (number or 0))
+        return str(number if number is not None else 0)
+
     def sub(text: str) -> str:
         for key, value in values.items():
             text = text.replace(key, value)
-        return text
+        return _FOUND.sub(found, text)
 
     calls = tuple(attrs.evolve(c, id=sub(c.id), arguments=sub(c.arguments))
                   for c in spec.tool_calls)
@@ -206,7 +247,18 @@ def _when(data: Any, where: str) -> When:
                                   or value < 0):
             raise ConfigError(f"{where}.{key}: must be a whole number >= 0")
         counts[key] = value
-    return When(last=last, tools=tuple(tools), no_tools=no_tools, **counts, **texts)
+    found = data.get("found_at_least")
+    if found is not None:
+        if not (isinstance(found, list) and len(found) == 2 and isinstance(found[0], str)
+                and isinstance(found[1], int) and not isinstance(found[1], bool)):
+            raise ConfigError(f"{where}.found_at_least: must be [REGEX, whole number]")
+        try:
+            re.compile(found[0])
+        except re.error as exc:
+            raise ConfigError(f"{where}.found_at_least: bad regex: {exc}") from None
+        found = (found[0], found[1])
+    return When(last=last, tools=tuple(tools), no_tools=no_tools, found_at_least=found,
+                **counts, **texts)
 
 
 def rules_from_dict(data: Mapping[str, Any], where: str) -> RuleScript:
