@@ -34,7 +34,15 @@ from tests.clients.harness import (
 TURN = "{{match:Turn ([0-9]+)}}"
 
 TURNS = 18
-FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod\n" * 40
+#: The window ctxfold maintains, and the input window aider is told its model has. Aider
+#: keeps its own history under 1/16 of the latter (8K tokens here) and summarizes it by
+#: sending the history as ONE message — which, at a window as small as this test's, no fold
+#: could bring under the window (one message alone over it is a 400, as a provider of that
+#: window would answer). So the file is short, aider never reaches its own cap in these
+#: turns, and ctxfold folds the growing history instead.
+WINDOW = 3000
+MODEL_INPUT = 131072
+FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod\n" * 8
 WHOLE = "notes.md\n```\n# Step " + TURN + "\nCTXFOLD-STEP-" + TURN + "\n" + FILLER + "```\n"
 
 RULES = {"rules": [
@@ -88,7 +96,7 @@ def _repo(work: Path) -> None:
     (work / "geometry.py").write_text(SOURCE)
     (work / "notes.md").write_text("# Step 0\n")
     (work / "model.metadata.json").write_text(json.dumps({"openai/deepseek-flash": {
-        "max_input_tokens": 131072, "max_output_tokens": 8192, "litellm_provider": "openai",
+        "max_input_tokens": MODEL_INPUT, "max_output_tokens": 2048, "litellm_provider": "openai",
         "mode": "chat", "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}}))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     subprocess.run([*git, "init", "-q"], cwd=work, check=True)
@@ -100,7 +108,7 @@ def test_aider_long_editing_session_in_whole_format_then_clear(tmp_path: Path) -
     work, home = tmp_path / "work", tmp_path / "home"
     _repo(work)
     (tmp_path / "aider_session.py").write_text(SCRIPT)
-    with running(Stack(tmp_path / "stack", profile="deepseek", window=6000, rules=RULES,
+    with running(Stack(tmp_path / "stack", profile="deepseek", window=WINDOW, rules=RULES,
                        key_mode="forwarded")) as stack:
         env = client_env(home, {"OPENAI_API_BASE": stack.base_url,
                                 "OPENAI_API_KEY": stack.client_key,
