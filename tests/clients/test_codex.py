@@ -93,8 +93,11 @@ def test_codex_long_session_resumed_per_turn_then_forked(tmp_path: Path, model: 
         runs.append(run_client([*codex, "fork", thread, "After the fork: print it again."],
                                env=env, cwd=work, timeout=90))
     check_run(stack, runs)
-    assert all('"type":"error"' not in r.stdout for r in runs), [r.describe() for r in runs
-                                                                 if '"type":"error"' in r.stdout]
+    # Codex reports its own unknown-model notice as an error item ("Model metadata for
+    # `deepseek-flash` not found. Defaulting to fallback metadata"): not the proxy's doing.
+    errors = [line for r in runs for line in r.stdout.splitlines()
+              if '"type":"error"' in line and "Model metadata for" not in line]
+    assert errors == [], errors
     rounds = tool_rounds(stack.upstream_requests())
     assert {name for name, _ in rounds} == {"exec_command"}
     steps = {out.split("CTXFOLD-STEP-")[1].split()[0] for _, out in rounds
