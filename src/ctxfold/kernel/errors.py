@@ -42,6 +42,8 @@ the provider's ``request_id`` and the start of the response ``body`` (secrets ma
 
 from __future__ import annotations
 
+from ctxfold.secrets import redact_text
+
 
 class CtxfoldError(Exception):
     """Root of every error ctxfold raises on purpose."""
@@ -138,10 +140,11 @@ class ProviderError(CtxfoldError):
     def __init__(
         self, message: str, *, status: int | None = None, request_id: str = "", body: str = ""
     ) -> None:
-        super().__init__(message)
+        # Masked here too, whoever raises it: every key in use is remembered (secrets.py).
+        super().__init__(redact_text(message))
         self.status = status
         self.request_id = request_id
-        self.body = body
+        self.body = redact_text(body) if body else body
 
 
 class AuthenticationError(ProviderError):

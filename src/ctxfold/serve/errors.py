@@ -82,7 +82,8 @@ def error_answer(exc: BaseException, secret: str | None = None) -> tuple[int, di
     code = "context_length_exceeded" if isinstance(
         exc, ContextLimitError | CompactionRequiredError) else None
     if isinstance(exc, ProviderError):
-        status = exc.status or status
+        # An error inside a 200 answer (an unparsable body) is no success for the client.
+        status = exc.status if exc.status and exc.status >= 400 else status
         try:
             data = json.loads(redact_text(exc.body, secret)) if exc.body else None
         except ValueError:

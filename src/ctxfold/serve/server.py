@@ -14,6 +14,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ctxfold.kernel.errors import ConfigError
+from ctxfold.secrets import remember_secret
 from ctxfold.serve.app import create_app
 from ctxfold.serve.guard import GuardSettings, exposure_error
 from ctxfold.serve.proxy import Proxy
@@ -72,6 +73,7 @@ class ProxyServer:
     def __init__(self, proxy: Proxy, *, guard: GuardSettings | None = None,
                  log_config: dict[str, Any] | None = None, access_log: bool = False) -> None:
         guard = guard or GuardSettings()
+        remember_secret(os.environ.get(proxy.settings.key_env))  # masked in every text
         exposed = exposure_error(
             bound=proxy.settings.host, provider_key=proxy.upstream.has_key(),
             proxy_key=bool(os.environ.get(proxy.settings.key_env)), settings=guard,
