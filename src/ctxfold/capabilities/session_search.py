@@ -70,7 +70,8 @@ def describe() -> dict[str, Any]:
         "description": (
             "Search this session's whole history (folded messages and full tool outputs "
             "included), newest first, case-insensitively: by terms (all must occur) or, with "
-            "regex=true, by a Python regular expression. Returns JSON {hits: [{ref, id, role, "
+            "regex=true, by an RE2 regular expression (Python syntax without look-arounds or "
+            "back-references). Returns JSON {hits: [{ref, id, role, "
             "tool_call_id, result_ref, total_bytes, matches: [{at, excerpt}]}], complete, "
             "next}. Read a hit with session:message {ref, offset: at}; pass next's "
             "arguments for more hits."

@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-import attrs
-
 from ctxfold.emulator import wire_chat, wire_responses
 from ctxfold.emulator.cache import PrefixCache
+from ctxfold.emulator.fault_text import bearer, shaped
 from ctxfold.emulator.faults import Fault, FaultPlan
 from ctxfold.emulator.handler import Handler
 from ctxfold.emulator.profiles import Profile, get_profile
@@ -31,12 +30,6 @@ from ctxfold.emulator.script import Script, ScriptRunner
 from ctxfold.emulator.tokens import assistant_body, encode_segments, request_segments, token_source
 from ctxfold.emulator.wire_chat import Accounting, WireError
 from ctxfold.kernel.types import Message
-
-
-def _bearer(headers: Mapping[str, str]) -> str:
-    """The key of an ``Authorization: Bearer`` header (empty when none)."""
-    value = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
-    return value[7:].strip() if value[:7].lower() == "bearer " else ""
 
 CHAT_PATHS = ("/chat/completions", "/v1/chat/completions")
 RESPONSES_PATHS = ("/responses", "/v1/responses")
@@ -163,7 +156,7 @@ class Emulator:
         fault = self.faults.take(index)
         outcome = self._answer(index, path, raw, fault)
         if fault is not None:
-            outcome = self._shape(outcome, fault, _bearer(headers or {}))
+            outcome = shaped(outcome, fault, bearer(headers or {}), self.profile.wire)
         if outcome.record is not None:
             with self._lock:
                 self.requests[index] = outcome.record
@@ -226,30 +219,6 @@ class Emulator:
         except WireError as exc:
             return Outcome(exc.status, dict(exc.body),
                            record=self._record(index, path, body, exc.status, fault))
-
-    def _shape(self, outcome: Outcome, fault: Fault, key: str) -> Outcome:
-        """``outcome`` with what its fault sends (a key echoed, an error reported in a 200)."""
-        said = f" (key provided: {key})" if fault.echo_key else ""
-        if fault.kind in ("rate_limit", "overloaded") and said:
-            body = json.loads(json.dumps(outcome.json_body))
-            body["error"]["message"] += said
-            return attrs.evolve(outcome, json_body=body)
-        if outcome.status != 200 or fault.kind not in ("malformed", "error_body"):
-            return outcome
-        if fault.kind == "malformed":
-            if not said:
-                return outcome
-            text = '{"id": "broken' + said + '", "choices": [{"delta": '
-            return attrs.evolve(outcome, injected=f"data: {text}\n\n" if outcome.events
-                                is not None else text)
-        error = {"message": "The server had an error while processing your request" + said,
-                 "type": "server_error", "code": "server_error"}
-        if outcome.events is None:
-            return attrs.evolve(outcome, json_body={"error": error}, injected=None)
-        if self.profile.wire == "responses":
-            event = {"type": "error", "sequence_number": 0, **error}
-            return attrs.evolve(outcome, injected=f"event: error\ndata: {json.dumps(event)}\n\n")
-        return attrs.evolve(outcome, injected=f"data: {json.dumps({'error': error})}\n\n")
 
     def _refusal(self, index: int, path: str, body: Mapping[str, Any], fault: Fault) -> Outcome:
         if fault.kind == "rate_limit":
