@@ -172,7 +172,94 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def report(results: list[dict[str, Any]], command: str) -> str:
+async def overhead_loop(emu_url: str, serve_url: str, turns: int, chars: int,
+                        stream: bool) -> list[float]:
+    """One conversation below the trigger: each turn's body sent straight to the emulator
+    and through the proxy, back to back (alternating which goes first), on kept-alive
+    connections; the proxy's added latency of each turn (seconds). Streamed: the time to the
+    first content or tool-call delta."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a build agent. Use the bash tool."},
+        {"role": "user", "content": f"Make the build green ({'streamed' if stream else 'plain'})."}]
+    added = []
+    async with httpx.AsyncClient(timeout=120) as http:
+        async def timed(url: str, body: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+            started = time.perf_counter()
+            if not stream:
+                response = await http.post(url, json=body,
+                                           headers={"Authorization": "Bearer k"})
+                seconds = time.perf_counter() - started
+                response.raise_for_status()
+                return seconds, response.json()["choices"][0]["message"]
+            async with http.stream("POST", url, json={**body, "stream": True},
+                                   headers={"Authorization": "Bearer k"}) as response:
+                response.raise_for_status()
+                seconds = None
+                async for line in response.aiter_lines():
+                    if seconds is None and line.startswith("data: {") and (
+                            '"tool_calls"' in line or ('"content":"' in line
+                            and '"content":""' not in line)):
+                        seconds = time.perf_counter() - started
+                return seconds if seconds is not None else time.perf_counter() - started, None
+
+        for turn in range(turns):
+            body = {"model": "deepseek-flash", "messages": messages, "tools": [BASH]}
+            order = [(emu_url, False), (serve_url, True)]
+            if turn % 2:
+                order.reverse()
+            timing: dict[bool, float] = {}
+            for url, proxied in order:
+                timing[proxied], _ = await timed(url + "/chat/completions", body)
+            added.append(timing[True] - timing[False])
+            # The script answers both requests of a turn alike: the history is the answer.
+            index = turn + (turns if stream else 0)
+            call = {"id": f"call_{index}", "type": "function", "function": {
+                "name": "bash", "arguments": json.dumps({"command": f"make step{index}"})}}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append({"role": "tool", "tool_call_id": call["id"],
+                             "content": result_text(0, turn, chars)})
+    return added
+
+
+def overhead(args: argparse.Namespace) -> dict[str, Any]:
+    """The proxy's added latency below the trigger (see :func:`overhead_loop`): the emulator
+    answers every turn with the same tool call, the window is large enough that nothing is
+    ever folded, so the proxy sends the client's own history and only its own work differs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        script = [{"text": "", "tool_calls": [{"id": f"call_{i}", "name": "bash",
+                                               "arguments": {"command": f"make step{i}"}}]}
+                  for i in range(2 * args.turns) for _ in (0, 1)]  # one per request
+        (root / "script.json").write_text(json.dumps(script))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CTXFOLD_")}
+        env |= {"CTXFOLD_CONFIG_HOME": str(root / "home"), "BENCH_KEY": "local-bench-key"}
+        emulate, emu_url = start(["emulate", "--port", "0", "--script",
+                                  str(root / "script.json")], env)
+        try:
+            (root / "ctxfold.toml").write_text(
+                f'[provider]\nname = "deepseek"\nbase_url = "{emu_url}"\n'
+                f'api_key_env = "BENCH_KEY"\n\n[store]\npath = "{root / "sessions"}"\n')
+            serve, serve_url = start(["serve", "--port", "0", "--window", "1000000",
+                                      "--config", str(root / "ctxfold.toml")], env)
+            try:
+                plain = asyncio.run(overhead_loop(emu_url, serve_url, args.turns,
+                                                  args.result_chars, stream=False))
+                streamed = asyncio.run(overhead_loop(emu_url, serve_url, args.turns,
+                                                     args.result_chars, stream=True))
+            finally:
+                serve.terminate()
+                serve.wait(30)
+        finally:
+            emulate.terminate()
+            emulate.wait(30)
+    return {"turns": args.turns, "result_chars": args.result_chars,
+            "plain_p50": pct(plain, 0.5), "plain_p90": pct(plain, 0.9),
+            "plain_p99": pct(plain, 0.99), "stream_p50": pct(streamed, 0.5),
+            "stream_p90": pct(streamed, 0.9), "stream_p99": pct(streamed, 0.99)}
+
+
+def report(results: list[dict[str, Any]], command: str,
+           below: dict[str, Any] | None = None) -> str:
     def ms(value: float | None) -> str:
         return "—" if value is None else f"{value:.1f} ms"
 
@@ -217,6 +304,24 @@ def report(results: list[dict[str, Any]], command: str) -> str:
         "upstream body — a few milliseconds each, all on one Python process, so with many "
         "concurrent clients on few cores the added latency is mostly waiting for the CPU. "
         "The machine is shared (other jobs ran beside the benchmark), so tails are noisy.",
+        *([] if below is None else [
+            "",
+            f"**Added latency below the trigger, one continuing conversation** "
+            f"({below['turns']} turns, each appending a tool call and a "
+            f"{below['result_chars']:,}-character result, so the history grows to "
+            f"{2 * below['turns'] + 2} messages; the window is large enough that nothing is "
+            "folded): each turn's body is sent straight to the emulator and through the proxy "
+            "back to back, alternating which goes first, and the difference is the proxy's "
+            "own work (reading the body, matching it to the session, the durable append, "
+            "`prepare()`, the upstream body, the answer).",
+            "",
+            "| request | added p50 | p90 | p99 |",
+            "|---|---|---|---|",
+            f"| non-streamed, whole answer | {ms(below['plain_p50'])} | "
+            f"{ms(below['plain_p90'])} | {ms(below['plain_p99'])} |",
+            f"| streamed, first delta | {ms(below['stream_p50'])} | "
+            f"{ms(below['stream_p90'])} | {ms(below['stream_p99'])} |",
+        ]),
     ])
 
 
@@ -227,18 +332,23 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--window", type=int, default=16_000)
     parser.add_argument("--result-chars", type=int, default=4000)
+    parser.add_argument("--overhead-turns", type=int, default=200,
+                        help="turns of the below-the-trigger overhead run (0: skip it)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     results = []
     for clients in (int(n) for n in args.clients.split(",")):
         results.append(run(argparse.Namespace(**{**vars(args), "clients": clients})))
+    below = overhead(argparse.Namespace(turns=args.overhead_turns,
+                                        result_chars=args.result_chars)) \
+        if args.overhead_turns else None
     command = "python benchmarks/bench_serve.py" + "".join(
         f" --{k.replace('_', '-')} {getattr(args, k)}" for k in
-        ("clients", "turns", "window", "result_chars")
+        ("clients", "turns", "window", "result_chars", "overhead_turns")
         if getattr(args, k) != parser.get_default(k))
-    text = report(results, command)
+    text = report(results, command, below)
     print(text)
-    print(json.dumps(results, indent=2))
+    print(json.dumps([*results, below], indent=2))
     if not args.no_write:
         write_section(SECTION, text)
 

@@ -91,3 +91,9 @@ def test_faults_from_the_command_line(capsys) -> None:
     finally:
         stop.set()
         thread.join(10)
+
+
+def test_key_env_must_name_a_set_variable(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("CTXFOLD_TEST_UNSET_KEY", raising=False)
+    assert main(["emulate", "--key-env", "CTXFOLD_TEST_UNSET_KEY"]) == 2
+    assert "$CTXFOLD_TEST_UNSET_KEY is not set" in capsys.readouterr().err

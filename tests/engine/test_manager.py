@@ -440,3 +440,25 @@ def test_telemetry_cache_counts_are_per_record(open_session) -> None:
     assert counts[0] == (900, 100)  # observed before the first record
     assert counts[-1] == (10, 990)  # only what was observed since the previous record
     assert sum(h for h, _m in counts) == 910
+
+
+def test_a_transcript_many_windows_long_is_folded_chunk_by_chunk(open_session) -> None:
+    """A fork of a long session, a rewind into a folded span or an imported history arrives
+    with no checkpoint and many windows of messages: it was 'no checkpoint could be
+    installed' (two folds at most, each required to land below the ceiling at once)."""
+    summarizer = RecordingSummarizer()
+    cm = open_session(window=8_000, ratio=0.8, summarizer=summarizer)
+    seed(cm)
+    rounds(cm, 120, 2_400)
+    before = cm.view_estimate()[1]
+    assert before > 9 * cm.window
+    prepared = cm.prepare()
+    assert prepared.tokens < cm.trigger_tokens and prepared.action == "summary"
+    assert 3 <= len(summarizer.requests) <= 32
+    # Each fold merged the one before: one summary is visible, and every later summary
+    # request carried the previous summary.
+    assert sum(m.content.startswith("<compaction-summary>") for m in prepared.messages) == 1
+    for request in summarizer.requests[1:]:
+        assert any("<compaction-summary>" in m.content for m in request.messages)
+    # The canonical transcript is untouched.
+    assert len(cm.canonical) == 2 + 240

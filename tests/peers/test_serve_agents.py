@@ -93,10 +93,10 @@ def test_the_agents_sdk_runner_loops_through_the_proxy(tmp_path: Path) -> None:
     assert sum(1 for m in canonical for c in m.tool_calls if c.name == USE_CAPABILITY) == 2
     # Every message the SDK sent is in the canonical transcript, byte for byte.
     history = sent[-1]["messages"]
-    session = headers[-1]["x-ctxfold-session"]
     answer = {"role": "assistant", "content": answers[-1]}  # the one reply not resent
-    plan = reconcile(session, canonical, to_messages([*history, answer]))
-    assert (plan.fork_id, plan.new) == ("", ())
+    client = to_messages([*history, answer])
+    plan = reconcile(canonical, client)
+    assert plan.extends and plan.matched == len(client)
     kept = [ctxfold.message_to_openai(m, local_fields=False) for m in canonical
             if m.role != "assistant" and m.name != USE_CAPABILITY]
     assert kept == [m for m in history if m["role"] != "assistant"]

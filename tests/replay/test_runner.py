@@ -366,10 +366,14 @@ def test_the_pareto_front_holds_only_policies_that_completed() -> None:
     from ctxfold.replay.fidelity import FidelitySummary
     from ctxfold.replay.report_text import cost_points, pareto_front
     from ctxfold.replay.results import PolicyResult
+    from ctxfold.replay.retention import Counts, RetentionSummary
 
-    def result(cost: float, fidelity: float, failed: bool = False) -> PolicyResult:
+    def result(cost: float, kept: float, failed: bool = False) -> PolicyResult:
+        # The front is drawn on continuation facts, not on the probe score (inverted here).
         return PolicyResult(cost_usd=cost, failed=failed,
-                            fidelity=FidelitySummary(mean=fidelity))
+                            fidelity=FidelitySummary(mean=1 - kept),
+                            retention=RetentionSummary(Counts(facts_due=100,
+                                                              facts_kept=int(kept * 100))))
 
     results = {"ctxfold": result(1.0, 0.9), "cheap-partial": result(0.5, 0.95, failed=True),
                "peer": result(0.8, 0.7)}

@@ -1,7 +1,10 @@
-"""The ctxfold policy keeps its invariants on every real transcript at a 64K window.
+"""The ctxfold policy keeps its invariants on every real transcript at a 64K window, and the
+fair replay at 32K shows what docs/replay.md claims.
 
 Reads ``../shared/data/transcripts`` next to the repository; skipped when it is absent (a
-fresh clone has no ``../shared``).
+fresh clone has no ``../shared``). The test that ctxfold's probe score beats ctxfold-plain's
+is gone: the summary check repairs exactly those probes, so it could not fail for the reason
+it stated.
 """
 
 from __future__ import annotations
@@ -9,13 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-TRANSCRIPTS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "transcripts"
-
-
-#: Known engine failure (not an invariant violation): at a 64K window the engine raises
-#: CompactionRequiredError "no summary request fits the window" on this mini-swe-agent v1
-#: session. Strict, so the test flags when the engine is fixed.
+from tests.conftest import TRANSCRIPTS
 
 
 def _sessions() -> list[object]:
@@ -50,50 +47,30 @@ def test_ctxfold_policy_keeps_invariants_on_real_transcripts(path: Path) -> None
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"{TRANSCRIPTS} is absent")
-def test_pins_and_the_summary_check_raise_fidelity_for_a_bounded_cost() -> None:
-    """docs/checkpoints.md's figures, at the window where they matter most: on the shared
-    transcripts at 32K, ctxfold (standing rules + checked summaries) keeps at least 5 points
-    more of the probes than ctxfold-plain (both off), for at most 5 % more cost (measured:
-    89 % vs 68 %, +1.3 %)."""
+def test_the_fair_replay_at_32k_shows_what_docs_replay_md_claims() -> None:
+    """docs/replay.md, "Results on the shared transcripts", on the independent measure (not
+    the probes the engine repairs): at 32K ctxfold completes every session; on the sessions
+    both complete it keeps at least as many continuation and far facts as codex-like;
+    openhands-like keeps more far facts than ctxfold, at a higher cost (where ctxfold loses).
+    A change of the engine that moves these must move the docs with them."""
     from ctxfold.replay import ReplaySettings, replay_paths
+    from ctxfold.replay.results import paired
 
-    settings = ReplaySettings(window=32_000, policies=("ctxfold", "ctxfold-plain"))
+    settings = ReplaySettings(window=32_000,
+                              policies=("ctxfold", "codex-like", "openhands-like"))
     sessions = replay_paths(_sessions(), settings)
-
-    def totals(name: str) -> tuple[float, float]:
-        results = [s.policies[name] for s in sessions]
-        scored = [(r.fidelity.mean, r.requests) for r in results if r.fidelity.mean is not None]
-        mean = sum(f * n for f, n in scored) / sum(n for _, n in scored)
-        return sum(r.cost_usd for r in results), mean
-
-    (cost, fidelity), (plain_cost, plain_fidelity) = totals("ctxfold"), totals("ctxfold-plain")
-    assert fidelity >= plain_fidelity + 0.05, (fidelity, plain_fidelity)
-    assert cost <= plain_cost * 1.05, (cost, plain_cost)
+    assert not [s.name for s in sessions if s.policies["ctxfold"].failed]
+    vs = paired(sessions)
+    codex, openhands = vs["codex-like"], vs["openhands-like"]
+    assert codex.policy is not None and codex.baseline is not None
+    ours, theirs = codex.baseline.retention.all, codex.policy.retention.all
+    assert ours.continuation is not None and theirs.continuation is not None
+    assert ours.continuation >= theirs.continuation
+    assert ours.far is not None and theirs.far is not None and ours.far >= theirs.far
+    assert openhands.policy is not None and openhands.baseline is not None
+    assert openhands.cost_ratio is not None and openhands.cost_ratio > 1.0
+    far_oh, far_us = openhands.policy.retention.all.far, openhands.baseline.retention.all.far
+    assert far_oh is not None and far_us is not None and far_oh > far_us
     for session in sessions:
         for result in session.policies.values():
             assert result.canonical_intact and result.prefix_stable_between_installs
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"{TRANSCRIPTS} is absent")
-@pytest.mark.parametrize("window", [32_000, 64_000])
-def test_ctxfold_completes_every_session_and_costs_less_than_codex_like(window: int) -> None:
-    """docs/performance.md, "Maintenance defaults": ctxfold completes all the shared sessions
-    (the 50K-token finished answer of scikit-learn-25102 folds) and, on the sessions both
-    complete, costs less than codex-like at higher fidelity (measured: 0.97× / 0.98×)."""
-    from ctxfold.replay import ReplaySettings, replay_paths
-
-    settings = ReplaySettings(window=window, policies=("ctxfold", "codex-like"))
-    sessions = replay_paths(_sessions(), settings)
-    assert not [s.name for s in sessions if s.policies["ctxfold"].failed]
-    both = [s for s in sessions if not s.policies["codex-like"].failed]
-
-    def totals(name: str) -> tuple[float, float]:
-        results = [s.policies[name] for s in both]
-        scored = [(r.fidelity.mean, r.requests) for r in results if r.fidelity.mean is not None]
-        return (sum(r.cost_usd for r in results),
-                sum(f * n for f, n in scored) / sum(n for _, n in scored))
-
-    (cost, fidelity), (codex_cost, codex_fidelity) = totals("ctxfold"), totals("codex-like")
-    assert cost < codex_cost, (cost, codex_cost)
-    assert fidelity > codex_fidelity, (fidelity, codex_fidelity)

@@ -39,6 +39,9 @@ BASH_RESPONSES = {"type": "function", "name": "bash", "description": "Run a shel
                   "parameters": BASH["function"]["parameters"]}
 
 
+ESTIMATOR = "heuristic"
+
+
 def quarter(text: str) -> int:
     """A fast token count for the emulator (one token per four characters)."""
     return max(1, len(text) // 4)
@@ -132,26 +135,27 @@ def _bounded(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @contextlib.contextmanager
 def serving(tmp_path: Path) -> Iterator[Callable[..., Served]]:
-    """``start(profile, script=..., window=..., faults=..., api_key=..., guard=...,
-    **settings)``
+    """``start(profile, script=..., window=..., faults=..., api_key=..., max_retries=...,
+    guard=..., **settings)``
     starts a proxy in front of a fresh emulator; every one started is stopped at the end."""
     running: list[Served] = []
 
     def start(profile: str = "deepseek", *, script: Sequence[ReplySpec] | Any = None,
               window: int | None = None, faults: Sequence[Fault] = (),
               api_key: str | None = "local-test-key", api_key_env: str = "",
-              emulator: Emulator | None = None, guard: GuardSettings | None = None,
+              emulator: Emulator | None = None, max_retries: int = 0,
+              guard: GuardSettings | None = None,
               **settings: Any) -> Served:
         emu = emulator or Emulator(profile, script=script, counter=quarter, faults=faults)
         emu.start()
         root = tmp_path / "sessions"
         config = Config(provider=ProviderConfig(name=emu.profile.name,
                                                 api_key_env=api_key_env),
-                        estimator=EstimatorConfig(name="heuristic"),
+                        estimator=EstimatorConfig(name=ESTIMATOR),
                         summarizer=SummarizerConfig(name="llm"),
                         store=StoreConfig(path=str(root)))
         provider = ctxfold.create_provider(config, options=ProviderOptions(
-            base_url=emu.base_url, api_key=api_key, max_retries=0))
+            base_url=emu.base_url, api_key=api_key, max_retries=max_retries))
         bodies: list[bytes] = []
         proxy = build_proxy(config, provider=provider, on_request=bodies.append,
                             settings=ServeSettings(port=0, window=window, **settings))

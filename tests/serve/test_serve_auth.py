@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.emulator.conftest import CharTokens
-from tests.serve.conftest import BASH, call
+from tests.serve.conftest import BASH, call, quarter
 
 from ctxfold.emulator import Emulator, Fault, ReplySpec
 from ctxfold.emulator.records import Outcome
@@ -109,3 +109,26 @@ def test_a_proxy_key_is_required_when_set_and_never_forwarded(
     assert emu.keys == ["Bearer upstream-key"]  # the proxy key never goes upstream
     listed = httpx.get(models, headers={"Authorization": "Bearer proxy-key-123"}, timeout=10)
     assert listed.json()["data"][0]["id"]
+
+
+def test_checkpoint_summaries_use_the_forwarded_key(serve) -> None:
+    """In forwarded-key mode the summary call read the provider's (unset) key variable, so
+    no checkpoint was ever installed and every request past the ceiling was a 400."""
+    emu = HeaderEmulator("deepseek", counter=quarter,
+                         script=[call(f"c{i}") for i in range(30)])
+    served = serve(emulator=emu, api_key=None, window=4000)
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    history: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    actions = []
+    for i in range(12):
+        response = served.post("/chat/completions", {"model": "m", "messages": history,
+                                                      "tools": [BASH]}, **auth)
+        assert response.status_code == 200, response.text
+        actions.append(response.headers["x-ctxfold-action"])
+        answer = response.json()["choices"][0]["message"]
+        history += [answer, {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"],
+                             "content": f"output {i} " * 180}]
+    assert "summary" in actions
+    summaries = [i for i, record in enumerate(emu.requests)
+                 if "[ctxfold:summary-request]" in json.dumps(record.body)]
+    assert summaries and all(emu.keys[i] == f"Bearer {SECRET}" for i in summaries)

@@ -115,10 +115,33 @@ def test_rounds_are_bounded_and_the_capability_schema_never_changes(serve) -> No
     choice = response.json()["choices"][0]
     assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
     assert len(served.bodies) == 2
-    tools = {json.dumps(json.loads(b)["tools"][-1]) for b in served.bodies}
+    # Nothing folded or bounded yet: the first round does not offer the tool; once the
+    # model called it (a scripted call here), every round carries the same schema.
+    assert json.loads(served.bodies[0])["tools"] == [BASH]
+    tools = {json.dumps(json.loads(b)["tools"][-1]) for b in served.bodies[1:]}
     assert tools == {json.dumps({"type": "function", "function": {
         "name": USE_CAPABILITY, "description": ctxfold.USE_CAPABILITY_TOOL.description,
         "parameters": dict(ctxfold.USE_CAPABILITY_TOOL.parameters)}})}
+
+
+def test_the_capability_is_offered_only_when_it_has_something_to_offer(serve) -> None:
+    """``use_capability`` rode along with every request: "hello" cost 431 prompt tokens."""
+    served = serve(script=[ReplySpec(text="hi"), ReplySpec(text="", tool_calls=(
+        ctxfold.ToolCall(id="c1", name="bash", arguments='{"command": "cat big"}'),)),
+        ReplySpec(text="read it")])
+    hello = served.post("/chat/completions", {"model": "m", "messages": [
+        {"role": "user", "content": "hello"}]})
+    assert hello.status_code == 200
+    assert "tools" not in json.loads(served.bodies[-1])
+    history = [{"role": "user", "content": "read the big file"}]
+    answer = served.post("/chat/completions", {"model": "m", "messages": history,
+                                               "tools": [BASH]}).json()["choices"][0]["message"]
+    assert [t["function"]["name"] for t in json.loads(served.bodies[-1])["tools"]] == ["bash"]
+    history += [answer, {"role": "tool", "tool_call_id": "c1", "content": "x" * 40_000}]
+    served.post("/chat/completions", {"model": "m", "messages": history, "tools": [BASH]})
+    sent = json.loads(served.bodies[-1])
+    assert [t["function"]["name"] for t in sent["tools"]] == ["bash", USE_CAPABILITY]
+    assert "result_ref=" in sent["messages"][-1]["content"]  # a bounded result to page
 
 
 def test_a_hostile_search_never_stalls_other_sessions_or_healthz(serve) -> None:

@@ -120,8 +120,8 @@ def test_a_tool_loop_through_the_proxy_installs_a_checkpoint_and_keeps_every_mes
     assert "summary" in actions
     # The canonical transcript holds every message of the client's history, in order.
     session = sessions.pop()
-    plan = reconcile(session, served.canonical(session), to_messages(messages))
-    assert (plan.fork_id, plan.new) == ("", ())
+    plan = reconcile(served.canonical(session), to_messages(messages))
+    assert plan.extends and plan.matched == len(to_messages(messages))
     # What went upstream is the view: after the checkpoint, less than the client's history.
     last = json.loads(served.bodies[-1])
     assert len(last["messages"]) < len(messages) - 1
@@ -131,7 +131,7 @@ def test_a_tool_loop_through_the_proxy_installs_a_checkpoint_and_keeps_every_mes
     assert assert_byte_stable(served.bodies, actions) >= 5
     for body in map(json.loads, served.bodies):
         assert body["temperature"] == 0.2 and body["model"] == "deepseek-flash"
-        assert [t["function"]["name"] for t in body["tools"]] == ["bash", "use_capability"]
+        assert body["tools"][0]["function"]["name"] == "bash"
         assert body.get("stream", False) is stream
 
 
@@ -148,10 +148,14 @@ def test_streamed_usage_is_what_the_upstream_reported_for_the_view(serve) -> Non
     assert usage["completion_tokens"] == record.completion_tokens
     assert usage["prompt_tokens_details"]["cached_tokens"] == record.cache_hit_tokens
     assert events[-1] == ("", "[DONE]")
-    # Without include_usage the client gets no usage chunk (clients index choices[0]).
+    # Without include_usage the client gets no usage chunk (clients index choices[0]), but
+    # the usage the upstream reported rides on the finish chunk, as DeepSeek sends it (it
+    # was dropped: LangChain lost its usage through the proxy).
     _response, events = served.stream("/chat/completions", {
         "model": "m", "messages": [{"role": "user", "content": "again"}]})
     assert all(d == "[DONE]" or d["choices"] for _n, d in events)
+    finish = [d for _n, d in events if d != "[DONE]" and d["choices"][0]["finish_reason"]]
+    assert finish[-1]["usage"]["prompt_tokens"] == served.emu.requests[-1].prompt_tokens
 
 
 def test_tool_results_are_bounded_before_they_go_upstream(serve) -> None:

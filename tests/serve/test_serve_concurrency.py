@@ -1,5 +1,5 @@
 """Many clients at once: different sessions run concurrently; requests of one session are
-serialized, with a bounded wait and a clear 409 when it is exceeded."""
+serialized, and one that would wait long for its session continues in a fork instead."""
 
 from __future__ import annotations
 
@@ -47,19 +47,22 @@ def test_different_sessions_run_concurrently(serve) -> None:
     assert quick["response"].json()["choices"][0]["message"]["content"] == "quick one"
 
 
-def test_one_session_waits_at_most_the_bounded_wait_then_409(serve) -> None:
-    served = serve(script=[ReplySpec(text="first")], faults=[Fault("slow", at=0, delay=2.0)],
-                   lock_wait=0.3)
+def test_a_busy_session_is_continued_in_a_fork_after_a_short_wait(serve) -> None:
+    """A request whose history continues a session another request holds waits at most
+    ``fork_after``, then continues beside it: no 30 s wait, no 409."""
+    served = serve(script=[ReplySpec(text="first"), ReplySpec(text="second")],
+                   faults=[Fault("slow", at=0, delay=2.0)], fork_after=0.3)
     thread, first = in_flight(served, "shared", "one")
     second: dict[str, Any] = {}
-    send(served, "shared", "two", second)
+    send(served, "shared", "one", second)
     thread.join(15)
-    busy = second["response"]
-    assert busy.status_code == 409 and 0.25 <= second["seconds"] < 1.5
-    error = busy.json()["error"]
-    assert error["code"] == "session_busy" and "'shared' is busy" in error["message"]
+    assert second["response"].status_code == 200 and 0.25 <= second["seconds"] < 1.8
     assert first["response"].status_code == 200
-    assert len(served.emu.requests) == 1  # the refused request never went upstream
+    assert first["response"].headers["x-ctxfold-session"] == "shared"
+    fork = second["response"].headers["x-ctxfold-session"]
+    assert fork.startswith("shared-fork-")
+    assert [m.content for m in served.canonical("shared")] == ["one", "first"]
+    assert [m.content for m in served.canonical(fork)] == ["one", "second"]
 
 
 def test_one_session_is_serialized_and_the_second_sees_the_first(serve) -> None:

@@ -91,7 +91,8 @@ def test_the_openai_sdk_runs_a_chat_tool_loop_through_the_proxy(serve, stream: b
     assert "summary" in actions and len(sessions) == 1
     session = sessions.pop()
     canonical = served.canonical(session)
-    assert (reconcile(session, canonical, to_messages(messages)).new) == ()
+    plan = reconcile(canonical, to_messages(messages))
+    assert plan.extends and plan.matched == len(messages)
     assert sum(1 for m in canonical if any(c.name == USE_CAPABILITY for c in m.tool_calls)) == 2
     # Every message the client itself sent is in the transcript byte for byte.
     sent = [m for m in messages if m["role"] != "assistant"]
@@ -147,5 +148,5 @@ def test_the_openai_sdk_runs_a_responses_tool_loop_through_the_proxy(serve,
     assert extends_between_installs(served.bodies, "input") >= 5
     session = headers["x-ctxfold-session"]
     history = [ctxfold.Message(role="system", content=SYSTEM), *to_messages(items)]
-    plan = reconcile(session, served.canonical(session), history)
-    assert (plan.fork_id, plan.new) == ("", ())
+    plan = reconcile(served.canonical(session), history)
+    assert plan.extends and plan.matched == len(history)

@@ -10,8 +10,11 @@ import pytest
 from tests.serve.conftest import BASH, BASH_RESPONSES, Served, log_text
 from tests.serve.test_serve_chat import SYSTEM, TASKS, assert_byte_stable, chat_loop, script
 
+from ctxfold.emulator import ReplySpec
 from ctxfold.interop.coerce import to_messages
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.types import Message, SseEvent, Usage
+from ctxfold.serve.deltas import Item, ResponsesDeltas
+from ctxfold.serve.render_responses import ResponsesRenderer
 from ctxfold.serve.sessions import reconcile
 
 
@@ -72,11 +75,11 @@ def test_a_responses_tool_loop_installs_a_checkpoint_with_byte_stable_inputs(
     first = json.loads(served.bodies[0])
     assert first["input"][0] == {"type": "message", "role": "system", "content": SYSTEM}
     assert "instructions" not in first and first["store"] is False
-    assert [t["name"] for t in first["tools"]] == ["bash", "use_capability"]
+    assert [t["name"] for t in first["tools"]] == ["bash"]  # nothing to page yet
     session = responses[-1].headers["x-ctxfold-session"]
     history = [Message(role="system", content=SYSTEM), *to_messages(items)]
-    plan = reconcile(session, served.canonical(session), history)
-    assert (plan.fork_id, plan.new) == ("", ())  # every item the client holds is kept
+    plan = reconcile(served.canonical(session), history)
+    assert plan.extends and plan.matched == len(history)  # every item the client holds is kept
 
 
 def test_a_chat_client_can_use_a_responses_upstream(serve) -> None:
@@ -110,3 +113,55 @@ def test_a_responses_client_can_use_a_chat_upstream(serve) -> None:
     assert final_response(events)["output"][0]["type"] == "function_call"
     assert json.loads(served.bodies[-1])["messages"][-1] == {
         "role": "tool", "content": "ok", "tool_call_id": output[0]["call_id"]}
+
+
+CODEX_TOOLS = [
+    BASH_RESPONSES,
+    {"type": "namespace", "name": "multi_agent_v1", "tools": [
+        {"type": "function", "name": "spawn", "parameters": {"type": "object"}}]},
+    {"type": "web_search", "external_web_access": False},
+    {"type": "custom", "name": "apply_patch", "description": "Apply a patch.",
+     "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+]
+
+
+def test_tools_of_every_type_pass_to_a_responses_upstream_untouched(serve) -> None:
+    """Codex's namespace, web_search and custom tools were refused with 400."""
+    served = serve("responses", script=[ReplySpec(text="ok")])
+    body = {"model": "gpt-5.5", "input": "hello", "tools": CODEX_TOOLS, "store": False}
+    response = served.post("/responses", body)
+    assert response.status_code == 200, response.text
+    assert json.loads(served.bodies[-1])["tools"] == CODEX_TOOLS
+    assert "x-ctxfold-dropped-tools" not in response.headers
+
+
+def test_a_chat_upstream_gets_the_function_tools_and_the_rest_is_named(serve) -> None:
+    served = serve(script=[ReplySpec(text="ok")])
+    body = {"model": "deepseek-flash", "input": "hello", "tools": CODEX_TOOLS,
+            "tool_choice": "auto", "store": False}
+    response = served.post("/responses", body)
+    assert response.status_code == 200, response.text
+    sent = json.loads(served.bodies[-1])
+    assert [t["function"]["name"] for t in sent["tools"]] == ["bash"]
+    assert response.headers["x-ctxfold-dropped-tools"] == (
+        "namespace:multi_agent_v1, web_search, custom:apply_patch")
+    only_others = served.post("/responses", {**body, "input": "again",
+                                             "tools": CODEX_TOOLS[1:]})
+    assert only_others.status_code == 200, only_others.text
+    sent = json.loads(served.bodies[-1])
+    assert "tools" not in sent and "tool_choice" not in sent  # no choice among no tools
+
+
+def test_an_output_item_the_proxy_does_not_model_reaches_the_client_whole() -> None:
+    item = {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_p",
+            "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch\n",
+            "status": "completed"}
+    parser = ResponsesDeltas()
+    deltas = parser.feed(SseEvent(event="response.output_item.done", data=json.dumps(
+        {"type": "response.output_item.done", "output_index": 0, "item": item})))
+    assert deltas == [Item(0, item)]
+    renderer = ResponsesRenderer(response_id="r", model="m", created=0)
+    events = renderer.feed(deltas[0])
+    names = [e.split("\n", 1)[0] for e in events]
+    assert names == ["event: response.output_item.added", "event: response.output_item.done"]
+    assert renderer.body("stop", Usage())["output"] == [item]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 from typing import Any
 
@@ -34,6 +35,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--log-requests", metavar="FILE", default=None,
                         help="append one JSON line per request received (method, path, "
                              "headers, body; keys and tokens masked) to FILE")
+    parser.add_argument("--key-env", metavar="NAME", default=None,
+                        help="refuse (401) every POST that does not send 'Authorization: "
+                             "Bearer <the value of $NAME>', as a provider refuses a wrong key")
     parser.set_defaults(func=run)
 
 
@@ -65,9 +69,14 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     script = load_script(args.script) if args.script else None
+    key_env = getattr(args, "key_env", None)
+    require_key = os.environ.get(key_env) if key_env else None
+    if key_env and not require_key:
+        raise UsageError(f"--key-env {key_env}: ${key_env} is not set (or empty)")
     faults = [parse_fault(f) for f in getattr(args, "fault", [])]
     emulator = Emulator(args.profile, window=args.window, script=script, port=args.port,
-                        faults=faults, log_requests=getattr(args, "log_requests", None))
+                        faults=faults, log_requests=getattr(args, "log_requests", None),
+                        require_key=require_key)
     try:
         base_url = emulator.start()
     except OSError as exc:

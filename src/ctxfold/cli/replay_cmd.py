@@ -1,6 +1,7 @@
 """``ctxfold replay PATH... [--policy P[,P...]|all] [--profile NAME] [--window N]
 [--reserve-output N] [--summary-tokens N] [--compact-ratio R] [--estimator NAME]
-[--format FMT] [--json OUT] [--html OUT] [--per-request] [--demo]``.
+[--format FMT] [--json OUT] [--html OUT] [--per-request] [--demo]
+[--summarizer-provider NAME [--max-usd X]]``.
 
 Replays recorded sessions under several context policies and prints what each would have
 cost and what its requests still carried (``docs/replay.md``). ``--demo`` replays a session the
@@ -22,6 +23,7 @@ from ctxfold.kernel.errors import ConfigError, CtxfoldError
 
 
 def register(subparsers: Any) -> None:
+    from ctxfold.replay.live import DEFAULT_MAX_USD
     from ctxfold.replay.runner import DEFAULT_RESERVE_OUTPUT, DEFAULT_SUMMARY_TOKENS
 
     parser = subparsers.add_parser(
@@ -45,10 +47,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--reserve-output", type=int, default=DEFAULT_RESERVE_OUTPUT,
                         metavar="N", help="output reservation taken off the window for every "
                         f"request of every policy (default {DEFAULT_RESERVE_OUTPUT})")
-    parser.add_argument("--summary-tokens", type=int, default=DEFAULT_SUMMARY_TOKENS,
-                        metavar="N", help="briefing length of summary requests that ask for "
-                        f"none (default {DEFAULT_SUMMARY_TOKENS}; a sensitivity switch; "
-                        "ctxfold's ask for window/48)")
+    parser.add_argument("--summary-tokens", type=int, default=None, metavar="N",
+                        help="write every policy's summaries, ctxfold's included, to N tokens "
+                        "(the equal-length sensitivity run; default: each policy's own length, "
+                        f"ctxfold's window/48 and {DEFAULT_SUMMARY_TOKENS} for those that ask "
+                        "none)")
     parser.add_argument("--compact-ratio", type=float, default=None, metavar="R",
                         help="trigger ratio (default: [agent] compact_ratio)")
     parser.add_argument("--estimator", default=None, metavar="NAME",
@@ -63,6 +66,13 @@ def register(subparsers: Any) -> None:
                         help="put every request's record in the JSON report")
     parser.add_argument("--demo", action="store_true",
                         help="replay a built-in, generated coding-agent session (no files)")
+    parser.add_argument("--summarizer-provider", default=None, metavar="NAME",
+                        help="write every policy's summaries with this provider's model (e.g. "
+                        "deepseek; its key variable, e.g. DEEPSEEK_API_KEY, must be set) instead "
+                        "of the offline extractive summarizer")
+    parser.add_argument("--max-usd", type=float, default=None, metavar="X",
+                        help="spend cap of --summarizer-provider in USD, priced with --profile "
+                        f"(default {DEFAULT_MAX_USD:.2f})")
     parser.set_defaults(func=run)
 
 
@@ -111,13 +121,13 @@ def _write(path: str, text: str) -> None:
         raise ConfigError(f"cannot write report {path}: {exc}; check the directory") from exc
 
 
-def _check_numbers(window: int, reserve: int, summary_tokens: int, ratio: float) -> None:
+def _check_numbers(window: int, reserve: int, summary_tokens: int | None, ratio: float) -> None:
     if window <= 1024:
         raise UsageError(f"--window {window}: must be more than 1024 tokens")
     if not 0 <= reserve <= window // 2:
         raise UsageError(f"--reserve-output {reserve}: allowed 0 to half the window "
                          f"({window // 2})")
-    if not 64 <= summary_tokens <= 32_768:
+    if summary_tokens is not None and not 64 <= summary_tokens <= 32_768:
         raise UsageError(f"--summary-tokens {summary_tokens}: allowed 64 to 32768")
     if not 0.30 <= ratio <= 0.95:
         raise UsageError(f"--compact-ratio {ratio}: allowed 0.30 to 0.95")
@@ -130,8 +140,10 @@ def run(args: argparse.Namespace) -> int:
     from ctxfold.importing import expand_paths, import_session
     from ctxfold.replay import ReplaySettings
     from ctxfold.replay.demo import DEMO_WINDOW, demo_session
+    from ctxfold.replay.live import DEFAULT_MAX_USD
     from ctxfold.replay.pricing import DEFAULT_PROFILE, get_price
     from ctxfold.replay.report_json import report_json
+    from ctxfold.replay.runner import DEFAULT_SUMMARY_TOKENS
 
     if not args.paths and not args.demo:
         raise UsageError("replay: give at least one session PATH, or --demo")
@@ -153,11 +165,18 @@ def run(args: argparse.Namespace) -> int:
         window = profile_window(profile)
     ratio = args.compact_ratio if args.compact_ratio is not None else config.agent.compact_ratio
     _check_numbers(window, args.reserve_output, args.summary_tokens, ratio)
+    if args.max_usd is not None and not args.summarizer_provider:
+        raise UsageError("--max-usd: only with --summarizer-provider (the offline replay "
+                         "spends nothing)")
+    if args.max_usd is not None and args.max_usd <= 0:
+        raise UsageError(f"--max-usd {args.max_usd}: must be above 0")
     names, missing = _policies(args.policy, registry)
     settings = ReplaySettings(
         window=window, compact_ratio=ratio, profile=profile,
         estimator=args.estimator or config.estimator.name, policies=names, format=args.format,
         reserve_output=args.reserve_output, summary_tokens=args.summary_tokens,
+        summarizer_provider=args.summarizer_provider,
+        max_usd=args.max_usd if args.max_usd is not None else DEFAULT_MAX_USD,
     )
     sessions = [demo_session()] if args.demo else []
     failures = 0
@@ -174,7 +193,9 @@ def run(args: argparse.Namespace) -> int:
     results = _run_with_progress(sessions, settings, registry, config)
     common = {"profile": profile, "window": window}
     report = json.dumps(report_json(results, **common, reserve_output=args.reserve_output,
-                                    summary_tokens=args.summary_tokens,
+                                    summary_tokens=args.summary_tokens or DEFAULT_SUMMARY_TOKENS,
+                                    equal_summary_length=args.summary_tokens is not None,
+                                    summarizer=args.summarizer_provider or "extractive",
                                     per_request=args.per_request, missing=missing), indent=2)
     if args.json_out and args.json_out != "-":
         _write(args.json_out, report + "\n")

@@ -38,8 +38,18 @@ def register(subparsers: Any) -> None:
                              "clients must send 'Authorization: Bearer <key>' (default "
                              "CTXFOLD_SERVE_KEY)")
     parser.add_argument("--lock-wait", type=float, default=30.0, metavar="SECONDS",
-                        help="how long a request waits for its session while another "
-                             "request of that session runs, then 409 (default 30)")
+                        help="how long a request waits for a brand-new session another "
+                             "request is creating, then 409 (default 30)")
+    parser.add_argument("--fork-after", type=float, default=2.0, metavar="SECONDS",
+                        help="how long a request whose history continues a session another "
+                             "request holds waits before it continues in a fork of it "
+                             "(default 2)")
+    parser.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS",
+                        help="a stream that has had nothing to send this long sends an SSE "
+                             "comment (default 15)")
+    parser.add_argument("--upstream-retries", type=int, default=0, metavar="N",
+                        help="how often the proxy itself retries a 429/5xx from upstream "
+                             "(default 0: the client retries what it gets)")
     parser.add_argument("--max-rounds", type=int, default=4, metavar="N",
                         help="upstream calls per answer, use_capability rounds included "
                              "(default 4)")
@@ -78,6 +88,12 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--window must be a positive number of tokens, got {args.window}")
     if not args.lock_wait > 0:
         raise UsageError(f"--lock-wait must be more than 0 seconds, got {args.lock_wait:g}")
+    if not args.fork_after >= 0:
+        raise UsageError(f"--fork-after must be 0 or more seconds, got {args.fork_after:g}")
+    if not args.keepalive > 0:
+        raise UsageError(f"--keepalive must be more than 0 seconds, got {args.keepalive:g}")
+    if args.upstream_retries < 0:
+        raise UsageError(f"--upstream-retries must be 0 or more, got {args.upstream_retries}")
     if args.max_rounds < 1:
         raise UsageError(f"--max-rounds must be at least 1, got {args.max_rounds}")
     if not args.key_env:
@@ -155,6 +171,8 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
     registry = load_registry(args)
     settings = ServeSettings(host=args.host, port=args.port, window=args.window,
                              key_env=args.key_env, lock_wait=args.lock_wait,
+                             fork_after=args.fork_after, keepalive=args.keepalive,
+                             upstream_retries=args.upstream_retries,
                              max_rounds=args.max_rounds)
     if not _loopback(args.host) and not os.environ.get(args.key_env):
         print(f"ctxfold: warning: serving on {args.host} without a proxy key: anyone who "

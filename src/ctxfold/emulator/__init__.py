@@ -34,12 +34,13 @@ if TYPE_CHECKING:
     from ctxfold.emulator.faults import Fault
     from ctxfold.emulator.profiles import PROFILES, Profile, get_profile
     from ctxfold.emulator.records import RequestRecord
-    from ctxfold.emulator.script import ReplySpec, load_script
+    from ctxfold.emulator.rules import load_script
+    from ctxfold.emulator.script import ReplySpec
     from ctxfold.emulator.server import Emulator
 
 _WHERE = {
     "PrefixCache": "cache", "Fault": "faults", "PROFILES": "profiles", "Profile": "profiles",
-    "get_profile": "profiles", "ReplySpec": "script", "load_script": "script",
+    "get_profile": "profiles", "ReplySpec": "script", "load_script": "rules",
     "Emulator": "server", "RequestRecord": "records",
 }
 

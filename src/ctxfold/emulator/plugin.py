@@ -18,7 +18,7 @@ import attrs
 
 from ctxfold.emulator.faults import Fault
 from ctxfold.emulator.profiles import PROVIDER_DEFAULTS
-from ctxfold.emulator.script import ReplySpec
+from ctxfold.emulator.script import Script
 from ctxfold.emulator.server import Emulator
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import AsyncProvider, Provider
@@ -46,7 +46,7 @@ class EmulatorOptions:
 
     profile: str = ""
     counter: Callable[[str], int] | None = None
-    script: Sequence[ReplySpec] | None = None
+    script: Script | None = None
     faults: Sequence[Fault] | None = None
     log_requests: str | None = None
 

@@ -1,13 +1,17 @@
 """Scripted, deterministic replies.
 
-A script is either a sequence of :class:`ReplySpec` (used in order; afterwards the default
-reply) or a callable ``(request_body, profile) -> ReplySpec``. The CLI reads a JSON file: a
-list of objects with ``text``, ``tool_calls`` (``[{"id", "name", "arguments"}]``; arguments
-may be an object), ``reasoning`` and ``finish_reason``.
+A script is a sequence of :class:`ReplySpec` (used in order; afterwards the default reply),
+a rule script (:class:`~ctxfold.emulator.rules.RuleScript`) or a callable
+``(request_body, profile) -> ReplySpec``. The CLI reads a JSON file: a rule script, or a list
+of objects with ``text``, ``tool_calls`` (``[{"id", "name", "arguments"}]``; arguments may be
+an object), ``reasoning`` and ``finish_reason``.
 
 Whatever the script says, a request whose last message is ctxfold's summary instruction
 (``[ctxfold:summary-request]``) is answered with the extractive summary of its own messages,
 so the ``llm`` summarizer path runs end to end over HTTP.
+
+Rule scripts (replies chosen by what the request looks like) are
+:mod:`ctxfold.emulator.rules`.
 """
 
 from __future__ import annotations
@@ -16,8 +20,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -60,7 +63,18 @@ def _call_id(index: int, call: ToolCall) -> str:
     return f"call_{index:02d}_{digest}"
 
 
-Script = Sequence[ReplySpec] | Callable[[Mapping[str, Any], "Profile"], ReplySpec]
+
+
+@runtime_checkable
+class Responder(Protocol):
+    """A script that answers each request from the request itself (a rule script)."""
+
+    def reply(self, body: Mapping[str, Any], messages: Sequence[Message]) -> ReplySpec:
+        """The reply for one request."""
+        ...
+
+
+Script = Sequence[ReplySpec] | Callable[[Mapping[str, Any], "Profile"], ReplySpec] | Responder
 
 
 class ScriptRunner:
@@ -77,6 +91,8 @@ class ScriptRunner:
         summary = summary_reply(messages, body)
         if summary is not None:
             return summary
+        if isinstance(self._script, Responder):
+            return self._script.reply(body, messages)
         if callable(self._script):
             return self._script(body, profile)
         with self._lock:
@@ -134,16 +150,3 @@ def reply_from_dict(data: Mapping[str, Any], where: str) -> ReplySpec:
     return ReplySpec(text=str(text), tool_calls=tuple(calls),
                      reasoning=None if reasoning is None else str(reasoning),
                      finish_reason=None if finish is None else str(finish))
-
-
-def load_script(path: str | Path) -> list[ReplySpec]:
-    """Read a JSON script file (a list of reply objects)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read emulator script {path}: {exc}; "
-                          "expected a JSON list of reply objects") from None
-    if not isinstance(data, list):
-        raise ConfigError(f"{path}: the script must be a JSON list of reply objects")
-    return [reply_from_dict(item, f"{path}[{i}]") for i, item in enumerate(data)]

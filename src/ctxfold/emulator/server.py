@@ -9,6 +9,7 @@ so tests can count requests on the server side.
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import threading
@@ -56,7 +57,9 @@ class Emulator:
     ``encode(text) -> ids`` (default: the DeepSeek tokenizer); ``clock``: seconds, for cache
     TTL and ``created`` stamps; ``script``: replies; ``faults``: :class:`Fault` rules;
     ``log_requests``: a file that gets one masked JSON line per request
-    (:mod:`ctxfold.emulator.request_log`).
+    (:mod:`ctxfold.emulator.request_log`); ``require_key``: when set, every ``POST`` must send
+    ``Authorization: Bearer <require_key>`` and is refused with 401 otherwise, as a provider
+    refuses a missing or wrong key (so a caller that loses the key on the way shows).
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class Emulator:
         faults: Iterable[Fault] | None = None,
         port: int = 0,
         log_requests: str | os.PathLike[str] | None = None,
+        require_key: str | None = None,
     ) -> None:
         self.profile = get_profile(profile, window)
         self.clock: Callable[[], float] = clock or time.time
@@ -82,6 +86,7 @@ class Emulator:
         self.faults = FaultPlan(tuple(faults or ()))
         self.requests: list[RequestRecord] = []
         self._script = ScriptRunner(script)
+        self._require_key = require_key
         self.log = RequestLog(log_requests) if log_requests is not None else None
         # Stored Responses (store is true by default), for previous_response_id; bounded.
         self._stored: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
@@ -153,10 +158,13 @@ class Emulator:
         with self._lock:
             index = len(self.requests)
             self.requests.append(RequestRecord(index=index, path=path, body={}, status=0))
-        fault = self.faults.take(index)
-        outcome = self._answer(index, path, raw, fault)
-        if fault is not None:
-            outcome = shaped(outcome, fault, bearer(headers or {}), self.profile.wire)
+        if not self._key_ok(headers or {}):
+            outcome = self._unauthorized(index, path)
+        else:
+            fault = self.faults.take(index)
+            outcome = self._answer(index, path, raw, fault)
+            if fault is not None:
+                outcome = shaped(outcome, fault, bearer(headers or {}), self.profile.wire)
         if outcome.record is not None:
             with self._lock:
                 self.requests[index] = outcome.record
@@ -164,6 +172,18 @@ class Emulator:
             self.log.write(index=index, method="POST", path=path, status=outcome.status,
                            headers=headers or {}, raw=raw)
         return outcome
+
+    def _key_ok(self, headers: Mapping[str, str]) -> bool:
+        if self._require_key is None:
+            return True
+        sent = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        return hmac.compare_digest(sent.encode(), f"Bearer {self._require_key}".encode())
+
+    def _unauthorized(self, index: int, path: str) -> Outcome:
+        err = wire_chat.error_body(self.profile, 401, "Authentication Fails: no API key or a "
+                                   "wrong one (emulated)", err_type="authentication_error",
+                                   code="invalid_api_key")
+        return Outcome(401, err, record=RequestRecord(index=index, path=path, body={}, status=401))
 
     def models(self, path: str, headers: Mapping[str, str] | None = None) -> Outcome:
         """``GET /v1/models``: the profile's model, in the OpenAI list shape."""

@@ -97,12 +97,31 @@ class ContextManager:
         vouch(self.store, self.session_id, canonical, self.state.projection,
               self._watch.revision)
 
-    def _sync(self) -> None:
+    def _sync(self) -> bool:
         """Before working from memory: take over what another process committed."""
         synced = self._watch.resync(self._committer)
         if synced is not None:
             self._take(synced[0])
             self.notices.extend(synced[1])
+        return synced is not None
+
+    def sync(self) -> bool:
+        """Take over what another process committed to this session (appends, installs, a
+        rewind); True when the transcript was re-read, so whatever a caller derived from it
+        must be derived again. ``prepare()`` and ``append()`` do this themselves."""
+        with self._lock:
+            return self._sync()
+
+    def messages_from(self, start: int) -> list[Message]:
+        """The transcript's messages from index ``start`` on (not a copy of the whole
+        transcript: a reopened session's covered prefix stays undecoded)."""
+        with self._lock:
+            return self._canonical[start:]
+
+    @property
+    def message_count(self) -> int:
+        """How many messages the transcript holds."""
+        return len(self._canonical)
 
     # -- parts and state ---------------------------------------------------------------------
 

@@ -68,10 +68,17 @@ def _items_of(m: Message, where: str) -> list[dict[str, Any]]:
     for item in kept:
         if item["type"] in MODELED_FIELDS:
             values = next(fill)
+            if (item["type"] == "message" and item.get("id") and values.get("role") == "assistant"
+                    and isinstance(values.get("content"), str)):
+                # A model's output message item holds parts, never a bare string.
+                values = {**values, "content": [{"type": "output_text",
+                                                 "text": values["content"],
+                                                 "annotations": []}]}
             item = {k: values[k] if k in MODELED_FIELDS[item["type"]] else v
                     for k, v in item.items()}
         out.append(item)
     return out
+
 
 
 def _modeled_items(m: Message, where: str) -> list[dict[str, Any]]:
@@ -141,14 +148,15 @@ def _output(item: Mapping[str, Any], where: str) -> Message:
     raise MessageError(f"{where}.output: must be a string or a list of parts")
 
 
-def _kept(item: Mapping[str, Any], kind: str) -> str:
+def kept_item(item: Mapping[str, Any], kind: str | None = None) -> str:
     """The item as ``Message.responses_items`` keeps it: modeled fields nulled."""
+    kind = kind if kind is not None else str(item.get("type", "message"))
     modeled = MODELED_FIELDS.get(kind, ())
     return dumps({k: None if k in modeled else v for k, v in item.items()})
 
 
 def _with_item(message: Message, item: Mapping[str, Any], kind: str) -> Message:
-    return attrs.evolve(message, responses_items=(*message.responses_items, _kept(item, kind)))
+    return attrs.evolve(message, responses_items=(*message.responses_items, kept_item(item, kind)))
 
 
 def _open_turn(out: list[Message], *, for_message_item: bool) -> Message | None:

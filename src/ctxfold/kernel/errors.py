@@ -134,7 +134,7 @@ class ProviderError(CtxfoldError):
     provider's request id header (empty when unknown) and ``body`` the start of the response
     body with secrets masked (empty when there was none)."""
 
-    retry_after: float | None = None  #: seconds the server asked to wait, when not retried
+    retry_after: float | None = None  #: seconds the server asked to wait (Retry-After)
 
     def __init__(
         self, message: str, *, status: int | None = None, request_id: str = "", body: str = ""

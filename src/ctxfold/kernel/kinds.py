@@ -214,10 +214,9 @@ class PolicyOptions:
     shared estimator and summarizer, a private scratch directory and the session name.
     ``constants`` tune a policy's named constants (tests); an unknown name is an error.
 
-    ``window`` is the input budget every request of every policy must fit: the model's window
-    minus ``reserve_output``, the output reservation the replay applies to all requests alike
-    (``model_window`` is the model's). ``summary_tokens`` is the briefing length every
-    summary request asks for (``SummaryRequest.target_tokens``)."""
+    ``window`` is the input budget every request must fit: the model's window minus
+    ``reserve_output`` (``model_window`` is the model's). ``summary_tokens``: the briefing
+    length of summary requests asking none (with ``equal_summary_length``: of all)."""
 
     tools: tuple[ToolSchema, ...]
     window: int
@@ -229,6 +228,7 @@ class PolicyOptions:
     constants: Mapping[str, float] = attrs.field(factory=dict)
     reserve_output: int = 0
     summary_tokens: int = 0
+    equal_summary_length: bool = False
 
     @property
     def model_window(self) -> int:

@@ -14,6 +14,8 @@ runs it against a sync or an async summarizer, so both faces share one logic.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from ctxfold.kernel.errors import CompactionRequiredError, CtxfoldError
@@ -22,13 +24,22 @@ from ctxfold.kernel.outcome import FoldResult, Maintenance, MaintenanceContext
 from ctxfold.kernel.state import ReceiptAction, ReceiptStatus
 from ctxfold.kernel.types import Message, Trigger
 
-#: Summary attempts per prepare: 2 under pressure, 1 on overflow, 1 manual (4 manual above
-#: the hard ceiling).
+#: Summary attempts per prepare: 2 under pressure, 1 on overflow, 1 manual; above the hard
+#: ceiling as many as the request needs (:func:`rescue_summaries`).
 MAX_SUMMARIES: dict[Trigger, int] = {"pressure": 2, "overflow": 1, "manual": 1}
-MANUAL_RESCUE_SUMMARIES = 4
+#: The most folds one rescue makes: a transcript many windows long (a fork, a rewind into a
+#: folded span, an imported session) is folded chunk by chunk, each summary merging the one
+#: before, until the request fits; what one prepare installed the next goes on from.
+MAX_RESCUE_SUMMARIES = 32
 #: A pressure prune is installed alone only when it lands below this share of the window
 #: (docs/performance.md, "Maintenance economics"); otherwise it goes into the checkpoint.
 PRUNE_ALONE_RATIO = 0.5
+
+
+def rescue_summaries(tokens: int, window: int) -> int:
+    """Folds allowed when a request of ``tokens`` is above the hard ceiling: about two per
+    window of excess (one summary request holds well under a window of region), bounded."""
+    return min(MAX_RESCUE_SUMMARIES, 2 + math.ceil(2 * tokens / max(1, window)))
 
 
 def prune_alone_target(ctx: MaintenanceContext) -> int:
@@ -77,8 +88,8 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
             return run.outcome()
         pruned = None  # lost the compare-and-swap: fold what is stored now
     attempts = MAX_SUMMARIES[trigger]
-    if trigger == "manual" and run.tokens >= hard:
-        attempts = MANUAL_RESCUE_SUMMARIES
+    if run.tokens >= hard and trigger != "overflow":
+        attempts = max(attempts, rescue_summaries(run.tokens, ctx.window))
     result: FoldResult | None = None
     for _ in range(attempts):
         if run.summary_calls >= attempts:

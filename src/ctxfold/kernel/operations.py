@@ -225,7 +225,10 @@ class Run:
         if new_tokens >= self.tokens:
             self.receipt(ReceiptStatus.BLOCKED, NOT_SMALLER, ReceiptAction.SUMMARY)
             return FoldResult.REJECTED
-        if ctx.trigger != "manual" and new_tokens >= ctx.hard_ceiling:
+        if (ctx.trigger != "manual" and new_tokens >= ctx.hard_ceiling
+                and self.tokens < ctx.hard_ceiling):
+            # (Above the ceiling already, any smaller checkpoint is progress: the rescue
+            # folds again from it, and a later prepare goes on from what was installed.)
             self.receipt(ReceiptStatus.BLOCKED, ABOVE_CEILING, ReceiptAction.SUMMARY)
             return FoldResult.REJECTED
         if not (yield from self.install(

@@ -51,13 +51,14 @@ class SummaryCall:
 @attrs.frozen
 class PolicyRequest:
     """The request a replay policy would send before one recorded assistant message.
-
-    ``installed`` is True when the policy changed its projection for this request (summary,
-    prune, truncation, masking moved) — the only places where the byte-prefix of the previous
-    request may legitimately break. ``prunes`` counts the non-summary changes made.
-    """
+    ``installed``: the policy changed its projection (summary, prune, cut, mask) — only there
+    may the previous request's byte-prefix break; ``prunes``: the non-summary changes;
+    ``tools``: those offered (``None``: the session's); ``fallback_summaries``: summaries
+    installed without a call (a library's fixed fallback text)."""
 
     messages: tuple[Message, ...]
     summaries: tuple[SummaryCall, ...] = ()
     installed: bool = False
     prunes: int = 0
+    tools: tuple[ToolSchema, ...] | None = None
+    fallback_summaries: int = 0

@@ -1,9 +1,11 @@
 """The ``--html`` report: one self-contained file, charts as inline SVG drawn by pygal (no
 script, no network).
 
-Totals: the cost breakdown per policy as stacked bars on one scale (colour = cost part), and
-cost × fidelity with the Pareto front (colour = policy). Per session: request size per request
-number against the trigger and the input budget, fidelity per request, cumulative cost (the
+It leads with the headline (ctxfold against its nearest peer) and cost × continuation-fact
+retention with the Pareto front (colour = policy); then the totals table, the cost breakdown
+per policy as stacked bars on one scale (colour = cost part). Per session: request size per
+request number against the trigger and the input budget, continuation-fact retention per
+request, cumulative cost (the
 scale ends a quarter above the dearest policy on the Pareto front, so cheap policies stay
 apart; lines that leave it say where), and cache hits/misses per request for each policy on
 one shared scale. A policy has one colour in every chart; titles and legends are HTML, so no
@@ -23,6 +25,7 @@ from ctxfold.replay.report_text import (
     PARTS,
     cheapest_note,
     cost_points,
+    headline,
     paired_costs,
     paired_text,
     pareto_front,
@@ -113,7 +116,8 @@ def cost_fidelity_chart(results: Mapping[str, PolicyResult], colours: Mapping[st
     xmax = max((x for x, _ in points.values()), default=1.0) * 1.1 or 1.0
     chart = pygal.XY(**_config(colours=[*(colours[n] for n in points), "#444444"],
                                stroke=False, show_dots=True, dots_size=6, height=380,
-                               x_title=x_title, y_title="fidelity (weighted retention)",
+                               x_title=x_title,
+                               y_title="continuation facts retained (independent)",
                                range=(0, 1), xrange=(0, xmax),
                                value_formatter=lambda v: f"{v:.0%}",
                                x_value_formatter=lambda v: f"{v:.2f}"))
@@ -222,8 +226,8 @@ def _session(s: SessionResult, budget: int, colours: Mapping[str, str]) -> str:
     sizes: dict[str, Points] = {n: [(rec.number, rec.prompt_tokens) for rec in r.records]
                                 for n, r in s.policies.items()}
     fidelity: dict[str, Points] = {
-        n: [(rec.number, rec.fidelity.weighted) for rec in r.records
-            if rec.fidelity.weighted is not None] for n, r in s.policies.items()}
+        n: [(rec.number, rec.retention.facts_kept / rec.retention.facts_due)
+            for rec in r.records if rec.retention.facts_due] for n, r in s.policies.items()}
     costs: dict[str, Points] = {}
     for n, r in s.policies.items():
         total = 0.0
@@ -243,13 +247,13 @@ def _session(s: SessionResult, budget: int, colours: Mapping[str, str]) -> str:
                     for n, r in s.policies.items())
     off_note = ("<p class='note'>" + _e("; ".join(off.values())) + ".</p>") if off else ""
     return (f"<h2>{_e(s.name)}</h2><p>{s.messages} messages, {s.requests} recorded requests, "
-            f"{s.probes} probes; unlimited ${s.unlimited_cost_usd:.4f}</p>"
+            f"{s.facts} facts, {s.probes} probes; unlimited ${s.unlimited_cost_usd:.4f}</p>"
             f"{_table(s.policies)}{_failures(s.policies)}"
             "<h3>Request size (tokens) per request</h3>"
             + _lines(sizes, colours, {"trigger (ctxfold)": s.trigger, "input budget": budget},
                      y_title="tokens")
-            + "<h3>Fidelity per request (weighted share of probes the request still carries)"
-              "</h3>"
+            + "<h3>Continuation facts per request (share of the facts the agent used again "
+              "that the request still carries)</h3>"
             + _lines(fidelity, colours, range=(0, 1), y_title="fidelity",
                      value_formatter=lambda v: f"{v:.0%}")
             + "<h3>Cumulative cost (USD; the scale ends 25% above the dearest Pareto-front "
@@ -273,14 +277,18 @@ def report_html(sessions: Sequence[SessionResult], *, profile: str, window: int,
     summed = totals(sessions)
     unlimited = sum(s.unlimited_cost_usd for s in sessions)
     budget = window - reserve_output
-    note = cheapest_note(summed, paired(sessions) if len(sessions) > 1 else None)
+    note = cheapest_note(summed, paired(sessions))
+    lead = headline(sessions)
     colours = colour_map(list(summed))
     body = "".join(_session(s, budget, colours) for s in sessions)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>ctxfold replay</title><style>{_CSS}</style></head><body>"
             f"<h1>ctxfold replay — profile {_e(profile)}, window {window:,}, input budget "
             f"{budget:,}</h1>"
-            f"<h2>Totals ({len(sessions)} session(s))</h2>"
+            f"<p class='note'><b>{_e(lead)}</b></p>"
+            "<h3>Cost × continuation facts (up and left is better; dashed: the Pareto front)"
+            "</h3>" + _cost_fidelity(sessions, summed, colours)
+            + f"<h2>Totals ({len(sessions)} session(s))</h2>"
             + _table(summed, paired(sessions) if len(sessions) > 1 else None,
                      paired_costs(sessions)) +
             f"{_failures(summed)}"
@@ -289,8 +297,11 @@ def report_html(sessions: Sequence[SessionResult], *, profile: str, window: int,
             f"cache: the cost of keeping everything, fidelity 100%): ${unlimited:.4f}. "
             "◆ marks the cost × fidelity Pareto front; green cells are the best of each "
             "column among policies that did not fail; <i>vs ctxfold</i> is a policy's cost "
-            "divided by ctxfold's on the (n) sessions both completed. Fidelity is what the "
-            "requests still carry, not answer quality.</p>"
+            "divided by ctxfold's on the (n) sessions both completed. <i>continuation</i>: the "
+            "facts the agent used again that the request still carried; <i>far</i>: those not "
+            "in the last 20 messages; <i>needles</i>: facts seen once before (+search: with "
+            "ctxfold's history search, an upper bound); <i>probes (diag.)</i>: the engine's own "
+            "probes, which its summary check optimises. What the requests carry, not answer "
+            "quality (docs/replay.md).</p>"
             "<h3>Cost breakdown per policy (USD, one scale)</h3>" + breakdown_chart(summed)
-            + "<h3>Cost × fidelity (up and left is better; dashed: the Pareto front)</h3>"
-            + _cost_fidelity(sessions, summed, colours) + f"{body}</body></html>\n")
+            + f"{body}</body></html>\n")

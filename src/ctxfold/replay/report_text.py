@@ -1,15 +1,20 @@
-"""The terminal report (rich): one table per session, the totals, the cost breakdown as
+"""The terminal report (rich): the headline — ctxfold against its nearest peer, cost beside
+the independent retention — then one table per session, the totals, the cost breakdown as
 stacked bars, and a note on what the cheapest policy gave up.
 
-Columns: policy, requests, cache-hit ratio, cost, fidelity (mean weighted retention),
-constraints retained, retention at the last request, share of requests below 50 %,
-summaries, prunes, max request, failed. The best value of each ranked column is highlighted
-(bold green on a terminal; marked ``*`` in plain text, which is what a pipe gets). A policy on
-the cost × fidelity Pareto front is marked ``◆``.
+Columns: policy, requests, cache-hit ratio, cost, then the independent retention
+(:mod:`ctxfold.replay.retention`): continuation facts over all requests, far facts, continuation
+facts from the first fold on, needles in the request and with history search (an upper bound,
+``–`` where the policy offers none); then the probe score (``probes (diag.)``: what the engine's
+summary check optimises, so ctxfold's is partly by construction), summaries, prunes, max
+request, failed. The best value of each ranked column is highlighted (bold green on a
+terminal; marked ``*`` in plain text, which is what a pipe gets). A policy on the cost ×
+continuation-fact Pareto front is marked ``◆``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
@@ -27,14 +32,30 @@ def _num(value: float | None) -> float:
 
 #: (header, value getter, formatter, lower is better?) — ``None`` = not ranked.
 _Column = tuple[str, Callable[[PolicyResult], Any], Callable[[Any], str], bool | None]
+def continuation(r: PolicyResult) -> float | None:
+    """The headline fidelity: continuation facts retained over all requests."""
+    return r.retention.all.continuation
+
+
+def _after(r: PolicyResult) -> float | None:
+    after = r.retention.after_first_fold
+    return None if after is None else after.continuation
+
+
+def _searched(r: PolicyResult) -> float | None:
+    return r.retention.all.needles_with_search if r.offers_search else None
+
+
 COLUMNS: tuple[_Column, ...] = (
     ("requests", lambda r: r.requests, lambda v: f"{int(v):,}", None),
     ("cache hit", lambda r: r.hit_ratio, lambda v: f"{v:.1%}", False),
     ("cost USD", lambda r: r.cost_usd, lambda v: f"{v:.4f}", True),
-    ("fidelity", lambda r: r.fidelity.mean, _pct, False),
-    ("constraints", lambda r: r.fidelity.constraints, _pct, False),
-    ("last", lambda r: r.fidelity.last, _pct, False),
-    ("<50%", lambda r: r.fidelity.below_half, _pct, True),
+    ("continuation", continuation, _pct, False),
+    ("far", lambda r: r.retention.all.far, _pct, False),
+    ("after fold", _after, _pct, False),
+    ("needles", lambda r: r.retention.all.needles, _pct, False),
+    ("+search", _searched, _pct, None),
+    ("probes (diag.)", lambda r: r.fidelity.mean, _pct, None),
     ("summaries", lambda r: r.summaries, lambda v: f"{int(v)}", None),
     ("prunes", lambda r: r.prunes, lambda v: f"{int(v)}", None),
     ("max request", lambda r: r.max_request_tokens, lambda v: f"{int(v):,}", True),
@@ -52,20 +73,21 @@ BAR_WIDTH = 48
 
 def cost_points(results: Mapping[str, PolicyResult],
                 costs: Mapping[str, float] | None = None) -> dict[str, tuple[float, float]]:
-    """(cost, fidelity) per policy: its own cost among the policies that completed, or, with
-    ``costs`` (cost ÷ ctxfold's on shared sessions), every policy that has one."""
+    """(cost, continuation-fact retention) per policy: its own cost among the policies that
+    completed, or, with ``costs`` (cost ÷ ctxfold's on shared sessions), every policy that has
+    one."""
     if costs is None:
-        return {n: (r.cost_usd, r.fidelity.mean) for n, r in results.items()
-                if not r.failed and r.fidelity.mean is not None}
-    return {n: (costs[n], r.fidelity.mean) for n, r in results.items()
-            if n in costs and r.fidelity.mean is not None}
+        return {n: (r.cost_usd, v) for n, r in results.items()
+                if not r.failed and (v := continuation(r)) is not None}
+    return {n: (costs[n], v) for n, r in results.items()
+            if n in costs and (v := continuation(r)) is not None}
 
 
 def pareto_front(results: Mapping[str, PolicyResult],
                  costs: Mapping[str, float] | None = None) -> set[str]:
-    """Completed policies no other completed policy beats on both cost and fidelity (see
-    :func:`cost_points`): a partial run's cost and fidelity cover other sessions and
-    requests than a complete one's, so it is plotted but never on the front."""
+    """Completed policies no other completed policy beats on both cost and continuation-fact
+    retention (see :func:`cost_points`): a partial run's cost and retention cover other
+    sessions and requests than a complete one's, so it is plotted but never on the front."""
     points = {n: p for n, p in cost_points(results, costs).items() if not results[n].failed}
     return {n for n, p in points.items()
             if not any(o != p and o[0] <= p[0] and o[1] >= p[1] for o in points.values())}
@@ -79,6 +101,45 @@ def paired_costs(sessions: Sequence[SessionResult]) -> dict[str, float] | None:
     return {n: p.cost_ratio for n, p in paired(sessions).items() if p.cost_ratio is not None}
 
 
+def is_ctxfold(name: str) -> bool:
+    """ctxfold or one of its own variants (never its own comparison)."""
+    return name == "ctxfold" or name.startswith("ctxfold-")
+
+
+def _share_pair(a: float | None, b: float | None) -> str:
+    return f"{_pct(a)} vs {_pct(b)}"
+
+
+def headline(sessions: Sequence[SessionResult]) -> str:
+    """ctxfold against its nearest peer — the other policy (not a ctxfold variant) whose cost
+    on the sessions both completed is closest to ctxfold's — on those sessions: the cost
+    ratio, continuation facts, far facts and needles (with search where offered), and
+    whether either is on the cost × continuation-fact Pareto front."""
+    vs = paired(sessions)
+    candidates = [(abs(math.log(p.cost_ratio)), n) for n, p in vs.items()
+                  if not is_ctxfold(n) and p.cost_ratio and p.policy is not None]
+    if "ctxfold" not in vs or not candidates:
+        return ""
+    _gap, name = min(candidates)
+    p = vs[name]
+    a, b = p.policy, p.baseline
+    assert a is not None and b is not None
+    ours, theirs = b.retention.all, a.retention.all
+    text = (f"ctxfold vs its nearest peer, {name}, on the {p.sessions} session(s) both "
+            f"completed: {name} costs {p.cost_ratio:.2f}× ctxfold; continuation facts "
+            f"{_share_pair(ours.continuation, theirs.continuation)}, far facts "
+            f"{_share_pair(ours.far, theirs.far)}, needles "
+            f"{_share_pair(ours.needles, theirs.needles)}")
+    if ours.needles_with_search is not None and b.offers_search:
+        text += f" (ctxfold with history search, an upper bound: {_pct(ours.needles_with_search)})"
+    summed = totals(sessions)
+    front = pareto_front(summed, paired_costs(sessions))
+    on = [n for n in ("ctxfold", name) if n in front]
+    text += (". On the cost × continuation-fact front: " + ", ".join(on) if on
+             else ". Neither is on the cost × continuation-fact front")
+    return text + "."
+
+
 def cheapest_note(results: Mapping[str, PolicyResult],
                   vs: Mapping[str, Paired] | None = None) -> str:
     """What the cheapest policy saved, where (the largest part of the cost breakdown), and
@@ -87,7 +148,7 @@ def cheapest_note(results: Mapping[str, PolicyResult],
     sessions both completed, cost and fidelity alike."""
     if vs is not None:
         ranked = sorted((p.cost_ratio, n) for n, p in vs.items()
-                        if n != "ctxfold" and p.cost_ratio is not None)
+                        if not is_ctxfold(n) and p.cost_ratio is not None)
         if not ranked or "ctxfold" not in results:
             return ""
         ratio, name = ranked[0]
@@ -120,11 +181,11 @@ def _saving_clause(a: PolicyResult, b: PolicyResult) -> str:
 
 
 def _fidelity_clause(a: PolicyResult, b: PolicyResult, other: str) -> str:
-    if a.fidelity.mean is None or b.fidelity.mean is None:
+    x, y = a.retention.all, b.retention.all
+    if x.continuation is None or y.continuation is None:
         return ""
-    return (f"; it keeps {a.fidelity.mean:.0%} of the probes against {other}'s "
-            f"{b.fidelity.mean:.0%} (constraints {_pct(a.fidelity.constraints)} vs "
-            f"{_pct(b.fidelity.constraints)})")
+    return (f"; it keeps {x.continuation:.0%} of the continuation facts against {other}'s "
+            f"{y.continuation:.0%} (far facts {_pct(x.far)} vs {_pct(y.far)})")
 
 
 def _best(results: Mapping[str, PolicyResult], getter: Callable[[PolicyResult], Any],
@@ -201,10 +262,14 @@ def print_report(sessions: Sequence[SessionResult], *, profile: str, window: int
                       no_color=not terminal if terminal is not None else None)
     plain = not console.is_terminal
     budget = f"window {window:,} (input budget {window - reserve_output:,})"
+    lead = headline(sessions)
+    if lead:
+        console.print(lead, markup=False)
     for session in sessions:
         console.print(_table(
             f"{session.name} — {session.messages} messages, {session.requests} requests, "
-            f"{session.probes} probes, {budget}; unlimited ${session.unlimited_cost_usd:.4f}",
+            f"{session.facts} facts, {session.probes} probes, {budget}; unlimited "
+            f"${session.unlimited_cost_usd:.4f}",
             session.policies, plain,
         ))
         for name, result in session.policies.items():
@@ -215,16 +280,21 @@ def print_report(sessions: Sequence[SessionResult], *, profile: str, window: int
     console.print(_table(
         f"totals — {len(sessions)} session(s), profile {profile}, {budget}", summed, plain,
         caption=(f"unlimited (keep everything, perfect cache, fidelity 100%): ${unlimited:.4f}."
-                 " ◆ = on the cost × fidelity Pareto front; vs ctxfold = cost ÷ ctxfold's on "
-                 "the (n) sessions both completed" + ("; * = best of column" if plain else "")
-                 + ". Offline: recorded replies, summaries by the extractive summarizer, cache "
-                 "and prices modelled — no model was called."),
+                 " continuation = facts the agent used again that the request still carried; "
+                 "far = those not in the last 20 messages; after fold = continuation from the "
+                 "policy's first fold on; needles = facts seen once before; +search = with "
+                 "ctxfold's history search (an upper bound); probes (diag.) = the engine's own "
+                 "probes, what its summary check optimises. ◆ = on the cost × continuation "
+                 "Pareto front; vs ctxfold = cost ÷ ctxfold's on the (n) sessions both "
+                 "completed" + ("; * = best of column" if plain else "")
+                 + ". Offline unless a summarizer provider was named: recorded replies, cache "
+                 "and prices modelled."),
         vs=paired(sessions) if len(sessions) > 1 else None, costs=paired_costs(sessions),
     ))
     console.print("cost breakdown (one scale for all policies):")
     for line in breakdown_bars(summed, plain):
         console.print(line, markup=not plain, highlight=False)
-    note = cheapest_note(summed, paired(sessions) if len(sessions) > 1 else None)
+    note = cheapest_note(summed, paired(sessions))
     if note:
         console.print(note, markup=False)
     for name, why in (missing or {}).items():

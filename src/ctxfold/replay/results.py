@@ -9,6 +9,7 @@ import attrs
 from ctxfold.engine.probes import RequestFidelity
 from ctxfold.replay.billing import CostBreakdown
 from ctxfold.replay.fidelity import FidelitySummary
+from ctxfold.replay.retention import Counts, RetentionSummary
 
 #: Numeric fields of a policy's result, in report order (the JSON keys).
 FIELDS = ("requests", "prompt_tokens", "cache_hit_tokens", "cache_miss_tokens", "output_tokens",
@@ -35,6 +36,8 @@ class RequestRecord:
     view_messages: int
     fidelity: RequestFidelity
     cost_usd: float  # this request plus its summary requests
+    retention: Counts = attrs.field(factory=Counts)
+    after_first_fold: bool = False
 
     @property
     def miss_tokens(self) -> int:
@@ -53,7 +56,14 @@ class RequestRecord:
             "fidelity": _round(self.fidelity.weighted),
             "constraint_fidelity": _round(self.fidelity.constraints),
             "cost_usd": round(self.cost_usd, 8),
+            "retention": retention_counts_json(self.retention),
+            "after_first_fold": self.after_first_fold,
         }
+
+
+def retention_counts_json(counts: Counts) -> dict[str, int]:
+    """The due and kept pairs of a :class:`Counts` (what the shares are computed from)."""
+    return {field.name: getattr(counts, field.name) for field in attrs.fields(Counts)}
 
 
 def _round(value: float | None) -> float | None:
@@ -81,6 +91,9 @@ class PolicyResult:
     breakdown: CostBreakdown = attrs.field(factory=CostBreakdown)
     records: list[RequestRecord] = attrs.field(factory=list)
     fidelity: FidelitySummary = attrs.field(factory=FidelitySummary)
+    retention: RetentionSummary = attrs.field(factory=RetentionSummary)
+    fallback_summaries: int = 0
+    offers_search: bool = False  # some request offered ctxfold's history search
 
     @property
     def hit_ratio(self) -> float:
@@ -103,6 +116,8 @@ class PolicyResult:
         )
         self.breakdown.add(other.breakdown)
         self.records.extend(other.records)
+        self.fallback_summaries += other.fallback_summaries
+        self.offers_search = self.offers_search or other.offers_search
 
 
 @attrs.define
@@ -116,6 +131,7 @@ class SessionResult:
     unlimited_cost_usd: float
     trigger: int
     probes: int = 0
+    facts: int = 0
 
 
 def totals(sessions: Sequence[SessionResult]) -> dict[str, PolicyResult]:
@@ -139,7 +155,21 @@ def totals(sessions: Sequence[SessionResult]) -> dict[str, PolicyResult]:
         values = lasts.get(name)
         summary.last = sum(values) / len(values) if values else None
         result.fidelity = summary
+        result.retention = _retention([s.policies[name] for s in sessions
+                                       if name in s.policies])
     return out
+
+
+def _retention(results: Sequence[PolicyResult]) -> RetentionSummary:
+    """The pooled retention of several sessions' results (the after-first-fold counts of the
+    sessions in which the policy folded)."""
+    total = RetentionSummary()
+    for r in results:
+        total.all.add(r.retention.all)
+        if r.retention.after_first_fold is not None:
+            total.after_first_fold = total.after_first_fold or Counts()
+            total.after_first_fold.add(r.retention.after_first_fold)
+    return total
 
 
 @attrs.frozen

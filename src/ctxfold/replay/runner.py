@@ -3,8 +3,15 @@
 For each assistant message of a session, each policy builds the request it would have sent
 from the messages before it (a :class:`~ctxfold.kernel.contracts.Policy`). Each request is
 billed (:mod:`ctxfold.replay.billing`), checked against the input budget (the window minus the
-output reservation — the same for every request of every policy) and scored for fidelity
-against the session's probes (:mod:`ctxfold.engine.probes`).
+output reservation — the same for every request of every policy) and scored twice: by the
+independent retention of continuation facts, far facts and needles
+(:mod:`ctxfold.replay.retention`, the headline), and by the engine's own probes
+(:mod:`ctxfold.engine.probes`, a diagnostic: what the summary check optimises).
+
+Alike for every policy: earlier reasoning is not sent back (each request's messages lose
+``reasoning_content``; the reply's reasoning is billed as output), a request bills the tools
+it offers, and after each main request the policy may read the usage a provider would report
+for it (``observe_usage(Usage)``, for the libraries that size their context from it).
 """
 
 from __future__ import annotations
@@ -26,19 +33,31 @@ from ctxfold.kernel.kinds import POLICY, PolicyOptions
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.sessions import ImportedSession, PolicyRequest
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import Message, ToolSchema
+from ctxfold.kernel.types import Message, ToolSchema, Usage
 from ctxfold.replay.billing import Biller, make_cache, token_source_for, unlimited_cost
 from ctxfold.replay.fidelity import FidelitySummary
 from ctxfold.replay.pricing import Price
 from ctxfold.replay.results import PolicyResult, RequestRecord, SessionResult
+from ctxfold.replay.retention import RetentionScorer, RetentionSummary
+
+#: The tool whose presence in a request means the policy offers history search.
+SEARCH_TOOL = "use_capability"
 
 #: The output reservation every request gets unless told otherwise: room for a typical
 #: agent turn (a tool call with its arguments, or a short answer) and for a 2K briefing.
 DEFAULT_RESERVE_OUTPUT = 4_096
-#: The briefing length every policy's summary requests ask for unless told otherwise. None of
-#: the modelled counterparts asks a length (their models write what the prompt asks); 2,048
-#: tokens is a structured briefing of the seven ctxfold headings.
+#: The briefing length of summary requests that ask for none. None of the modelled
+#: counterparts asks its model for a length (docs/replay.md cites each prompt), so a model
+#: writes what it writes; 2,048 tokens stands in for that, and ``--summary-tokens N`` gives
+#: every policy, ctxfold included, the same length instead (the sensitivity run).
 DEFAULT_SUMMARY_TOKENS = 2_048
+
+
+def without_reasoning(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """``messages`` as every policy's request sends them: earlier reasoning is not sent back
+    (one rule for all; the libraries drop it, and so does DeepSeek's own template)."""
+    return tuple(attrs.evolve(m, reasoning_content=None) if m.reasoning_content else m
+                 for m in messages)
 
 
 def serialize(messages: Sequence[Message]) -> bytes:
@@ -75,14 +94,16 @@ class _Track:
     """Per-policy running state during a session."""
 
     def __init__(self, policy: Policy, biller: Biller, scorer: FidelityScorer,
-                 budget: int, reserve: int) -> None:
+                 budget: int, reserve: int, retention: RetentionScorer) -> None:
         self.policy = policy
         self.biller = biller
         self.scorer = scorer
+        self.retention = retention
         self.budget = budget
         self.reserve = reserve
         self.result = PolicyResult()
         self.previous: bytes | None = None
+        self.folded = False  # maintained at least once (summary, prune, cut)
 
     def _overflow(self, what: str, tokens: int) -> None:
         self.result.failed = True
@@ -119,18 +140,29 @@ class _Track:
             cost += bill.cost_usd
             summary = [summary[0] + bill.prompt, summary[1] + bill.hit,
                        summary[2] + bill.output]
-        bill = self.biller.bill(req.messages, tools, reply)
+        messages = without_reasoning(req.messages)
+        offered = tuple(req.tools) if req.tools is not None else tuple(tools)
+        bill = self.biller.bill(messages, offered, reply)
         if bill.prompt > self.budget:
             self._overflow(f"request {number} (before message {index})", bill.prompt)
             return
         self._count(bill)
+        observe_usage = getattr(self.policy, "observe_usage", None)
+        if observe_usage is not None:
+            observe_usage(Usage(prompt_tokens=bill.prompt, completion_tokens=bill.output,
+                                cache_hit_tokens=bill.hit, cache_miss_tokens=bill.miss))
         result.breakdown.add_main(bill)
         cost += bill.cost_usd
         result.prunes += req.prunes
+        result.summaries += req.fallback_summaries
+        result.fallback_summaries += req.fallback_summaries
+        self.folded = self.folded or req.installed or bool(req.summaries)
         result.max_request_tokens = max(result.max_request_tokens, bill.prompt)
         result.max_visible_summaries = max(result.max_visible_summaries,
-                                           sum(1 for m in req.messages if is_summary_message(m)))
-        body = serialize(req.messages)
+                                           sum(1 for m in messages if is_summary_message(m)))
+        search = any(t.name == SEARCH_TOOL for t in offered)
+        result.offers_search = result.offers_search or search
+        body = serialize(messages)
         if (self.previous is not None and not req.installed
                 and not body.startswith(self.previous[:-1])):
             result.prefix_stable_between_installs = False
@@ -139,8 +171,10 @@ class _Track:
             number=number, message_index=index, prompt_tokens=bill.prompt, hit_tokens=bill.hit,
             output_tokens=bill.output, summary_calls=len(req.summaries),
             summary_prompt_tokens=summary[0], summary_hit_tokens=summary[1],
-            summary_output_tokens=summary[2], view_messages=len(req.messages),
-            fidelity=self.scorer.score(req.messages, index), cost_usd=cost))
+            summary_output_tokens=summary[2], view_messages=len(messages),
+            fidelity=self.scorer.score(messages, index), cost_usd=cost,
+            retention=self.retention.score(messages, index, search=search),
+            after_first_fold=self.folded))
 
     def _count(self, bill: Any) -> None:
         r = self.result
@@ -165,6 +199,7 @@ def replay_session(
     compact_ratio: float,
     reserve_output: int = DEFAULT_RESERVE_OUTPUT,
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
+    equal_summary_length: bool = False,
     tokens: Any = None,
     cache_factory: Callable[[Price], tuple[Any, bool]] = make_cache,
     on_step: Callable[[], None] | None = None,
@@ -176,17 +211,19 @@ def replay_session(
     tools = tuple(session.tools)
     budget = window - reserve_output
     scorer = FidelityScorer(extract_probes(messages))
+    retention = RetentionScorer(messages)
     with tempfile.TemporaryDirectory(prefix="ctxfold-replay-") as workdir:
         setup = PolicyOptions(tools=tools, window=budget, compact_ratio=compact_ratio,
                               estimator=estimator, summarizer=summarizer, workdir=Path(workdir),
                               session_name=session.name, reserve_output=reserve_output,
-                              summary_tokens=summary_tokens)
+                              summary_tokens=summary_tokens,
+                              equal_summary_length=equal_summary_length)
         tracks: dict[str, _Track] = {}
         for name, policy in build_policies(policy_names, registry, config, setup,
                                            constants).items():
             cache, thinking = cache_factory(price)
             tracks[name] = _Track(policy, Biller(estimator, tokens, cache, price, thinking),
-                                  scorer, budget, reserve_output)
+                                  scorer, budget, reserve_output, retention)
         for index, message in enumerate(messages):
             if message.role == "assistant":
                 for track in tracks.values():
@@ -205,6 +242,8 @@ def replay_session(
                 track.result.canonical_intact = _canonical_equal(kept, expected)
             track.result.fidelity = FidelitySummary.of([r.fidelity for r in
                                                         track.result.records])
+            track.result.retention = RetentionSummary.of(
+                [(r.retention, r.after_first_fold) for r in track.result.records])
         return SessionResult(
             name=session.name,
             messages=len(messages),
@@ -213,4 +252,5 @@ def replay_session(
             unlimited_cost_usd=unlimited_cost(messages, tools, estimator, tokens, price),
             trigger=setup.trigger,
             probes=len(scorer.probes),
+            facts=len(retention.facts),
         )

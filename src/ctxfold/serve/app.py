@@ -10,6 +10,7 @@ headers is logged, stored or echoed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -27,11 +28,10 @@ from starlette.types import Receive, Scope, Send
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import Wire, parse_request
-from ctxfold.serve.errors import ServeError, error_answer, error_envelope
+from ctxfold.serve.errors import ServeError, error_answer, error_envelope, error_headers
 from ctxfold.serve.exchange import Exchange
 from ctxfold.serve.guard import Guard, GuardSettings
-from ctxfold.serve.proxy import Proxy
-from ctxfold.serve.sessions import SESSION_HEADER
+from ctxfold.serve.proxy import REQUEST, Proxy
 
 log = logging.getLogger("ctxfold.serve")
 
@@ -106,12 +106,19 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
         except (ValueError, RecursionError):
             raise ServeError("the request body is not JSON (or nests too deeply)") from None
         client = parse_request(wire, body)
-        session_id = proxy.session_for(request.headers.get(SESSION_HEADER), client)
+        session_id = proxy.conversation(request.headers, client)
+        REQUEST.set((asyncio.get_running_loop(), forwarded))
         assert locks is not None
         session_id, cm = await proxy.route(session_id, client, locks)
         exchange = Exchange(cm, client, proxy.upstream, forwarded=forwarded,
-                            max_rounds=proxy.settings.max_rounds)
+                            max_rounds=proxy.settings.max_rounds,
+                            keepalive=proxy.settings.keepalive)
         headers = {"X-Ctxfold-Session": session_id}
+        dropped = proxy.upstream.dropped(client)
+        if dropped:
+            headers["X-Ctxfold-Dropped-Tools"] = ", ".join(dropped)
+            log.info("%s session=%s tools without a %s form, not offered upstream: %s",
+                     wire, session_id, proxy.upstream.wire, ", ".join(dropped))
         if client.stream:
             await exchange.open_stream()
             stream, locks = exchange.stream(locks), None  # the stream releases the locks
@@ -125,8 +132,10 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
         done(status)
         log.warning("%s session=%s refused: %s", wire, session_id or "-",
                     redact_text(str(exc), forwarded))
-        return JSONResponse(payload, status_code=status,
-                            headers={"X-Ctxfold-Session": session_id} if session_id else {})
+        headers = error_headers(exc)
+        if session_id:
+            headers["X-Ctxfold-Session"] = session_id
+        return JSONResponse(payload, status_code=status, headers=headers)
     finally:
         if locks is not None:
             await locks.aclose()

@@ -42,6 +42,8 @@ class ClientRequest:
     fields: Mapping[str, Any]
     #: Responses: the history starts with the ``instructions`` as its system message.
     instructions: bool = False
+    #: The client's tools of types other than ``function``, as sent.
+    other_tools: tuple[Mapping[str, Any], ...] = ()
 
 
 def parse_request(wire: Wire, body: Any) -> ClientRequest:
@@ -56,12 +58,8 @@ def parse_request(wire: Wire, body: Any) -> ClientRequest:
         raise ServeError(f"'{HISTORY_FIELD[wire]}' must not be empty", param=HISTORY_FIELD[wire])
     raw_tools = body.get("tools") or []
     if not isinstance(raw_tools, list):
-        raise ServeError("'tools' must be a list of function tools", param="tools")
-    try:
-        tools = to_tools(raw_tools, where="tools")
-    except MessageError as exc:
-        raise ServeError(f"{exc}; ctxfold serve passes function tools only",
-                         param="tools") from None
+        raise ServeError("'tools' must be a list of tools", param="tools")
+    tools, others = _tools(raw_tools)
     if any(t.name == USE_CAPABILITY_TOOL.name for t in tools):
         raise ServeError(f"the tool name {USE_CAPABILITY_TOOL.name!r} is reserved: ctxfold "
                          "serve offers and answers that tool itself; rename the client's tool",
@@ -78,7 +76,37 @@ def parse_request(wire: Wire, body: Any) -> ClientRequest:
     fields = {k: v for k, v in body.items() if k not in _OWNED}
     return ClientRequest(wire=wire, model=model, history=tuple(history), tools=tools,
                          stream=stream, include_usage=include_usage, fields=fields,
-                         instructions=wire == "responses" and bool(body.get("instructions")))
+                         instructions=wire == "responses" and bool(body.get("instructions")),
+                         other_tools=others)
+
+
+def _tools(raw: list[Any]) -> tuple[tuple[ToolSchema, ...], tuple[Mapping[str, Any], ...]]:
+    """The client's function tools as schemas, and its tools of other types (``custom``,
+    ``web_search``, ``namespace``, …) as sent: the proxy passes those through without
+    understanding them."""
+    functions, others = [], []
+    for i, tool in enumerate(raw):
+        if not isinstance(tool, Mapping):
+            raise ServeError(f"tools[{i}]: a tool must be an object", param="tools")
+        if tool.get("type", "function") != "function":
+            if not isinstance(tool.get("type"), str):
+                raise ServeError(f"tools[{i}].type: must be a string", param="tools")
+            others.append(tool)
+            continue
+        try:
+            functions.append(to_tools([tool], where=f"tools[{i}]")[0])
+        except MessageError as exc:
+            raise ServeError(str(exc), param="tools") from None
+    return tuple(functions), tuple(others)
+
+
+def estimated_tools(request: ClientRequest) -> tuple[ToolSchema, ...]:
+    """What the session's estimate counts as the request's tools: the function tools, and
+    each tool of another type as a stand-in of its size (its JSON as the parameters)."""
+    stand_ins = tuple(ToolSchema(name=str(t.get("name") or t["type"]),
+                                 parameters={k: v for k, v in t.items() if k != "name"})
+                      for t in request.other_tools)
+    return request.tools + stand_ins
 
 
 def _history(wire: Wire, body: Mapping[str, Any]) -> list[Message]:

@@ -49,7 +49,16 @@ class CallArgs:
     text: str
 
 
-Delta = Text | Reasoning | CallStart | CallArgs
+@attrs.frozen
+class Item:
+    """A whole Responses output item of a type the proxy does not model (``custom_tool_call``,
+    ``web_search_call``, …), forwarded as the upstream sent it."""
+
+    key: Any
+    item: Mapping[str, Any]
+
+
+Delta = Text | Reasoning | CallStart | CallArgs | Item
 
 
 def message_deltas(message: Message) -> list[Delta]:
@@ -170,7 +179,7 @@ class ResponsesDeltas:
             parts = [*(item.get("summary") or ()), *(item.get("content") or ())]
             text = "".join(str(p.get("text") or "") for p in parts if isinstance(p, Mapping))
             return [Reasoning(text)] if text else []
-        return []
+        return [Item(key, item)] if isinstance(kind, str) else []
 
     def finish(self) -> list[Delta]:
         """Nothing is held back in this format."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from ctxfold.kernel.errors import (
@@ -11,10 +12,13 @@ from ctxfold.kernel.errors import (
     ContextLimitError,
     CtxfoldError,
     MessageError,
+    ProviderConnectionError,
     ProviderError,
     ProviderRequestError,
+    ProviderResponseError,
     ProviderTimeoutError,
     RateLimitError,
+    ServerError,
     SessionError,
 )
 from ctxfold.secrets import redact_text
@@ -56,38 +60,74 @@ def error_envelope(message: str, *, kind: str = "invalid_request_error",
                       "code": code}}
 
 
-#: HTTP status and OpenAI error type of each failure that carries no status of its own.
-_FALLBACK: tuple[tuple[type[BaseException], int, str], ...] = (
-    (AuthenticationError, 401, "authentication_error"),
-    (RateLimitError, 429, "rate_limit_error"),
-    (ContextLimitError, 400, "invalid_request_error"),
-    (ProviderTimeoutError, 504, "timeout"),
-    (ProviderRequestError, 400, "invalid_request_error"),
-    (ProviderError, 502, "upstream_error"),
-    (CompactionRequiredError, 400, "invalid_request_error"),
-    (SessionError, 400, "invalid_request_error"),
-    (MessageError, 400, "invalid_request_error"),
-    (CtxfoldError, 500, "server_error"),
+#: HTTP status, OpenAI error type and what the client is told, per failure that carries
+#: no HTTP error status of its own (the first class that matches wins). The text names what
+#: failed, never the upstream's address or the operator's settings (the log has those).
+_FALLBACK: tuple[tuple[type[BaseException], int, str, str], ...] = (
+    (AuthenticationError, 401, "authentication_error", "the upstream provider refused the key"),
+    (RateLimitError, 429, "rate_limit_error", "the upstream provider's rate limit was reached"),
+    (ContextLimitError, 400, "invalid_request_error",
+     "the request is longer than the model's context window"),
+    (ProviderTimeoutError, 504, "timeout", "the upstream provider did not answer in time"),
+    (ProviderConnectionError, 502, "upstream_error",
+     "the connection to the upstream provider failed before its answer was complete"),
+    (ProviderResponseError, 502, "upstream_error",
+     "the upstream provider sent a reply that is not its protocol"),
+    (ProviderRequestError, 400, "invalid_request_error",
+     "the upstream provider rejected the request"),
+    (ServerError, 502, "upstream_error", "the upstream provider failed"),
+    (ProviderError, 502, "upstream_error", "the upstream provider failed"),
+    (CompactionRequiredError, 400, "invalid_request_error", ""),
+    (SessionError, 400, "invalid_request_error", ""),
+    (MessageError, 400, "invalid_request_error", ""),
+    (CtxfoldError, 500, "server_error", ""),
 )
 
 
+def _provider_said(body: str) -> str:
+    """The provider's own error message in ``body`` (``error.message``), if any."""
+    try:
+        data = json.loads(body) if body else None
+    except ValueError:
+        return ""
+    error = data.get("error", data) if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message") or "")[:500]
+    return error[:500] if isinstance(error, str) else ""
+
+
 def error_answer(exc: BaseException, secret: str | None = None) -> tuple[int, dict[str, Any]]:
-    """``(status, body)`` for a failure: the provider's own status and error body when it
-    sent one, else an OpenAI error envelope naming what failed; every text masked of
-    secrets (``secret`` too: the key forwarded for this request)."""
+    """``(status, body)`` for a failure: the provider's own error status and body when it
+    refused with one; otherwise a status that says who failed (502 for a reply that was
+    malformed or dropped, 504 for a timeout, 4xx for what the client can change) and an
+    OpenAI error envelope that names what failed without the upstream's address or the
+    operator's settings. Every text is masked of secrets (``secret`` too: the key
+    forwarded for this request)."""
     if isinstance(exc, ServeError):
         return exc.status, exc.body()
-    status, kind = next(((s, k) for cls, s, k in _FALLBACK if isinstance(exc, cls)),
-                        (500, "server_error"))
+    status, kind, told = next(((s, k, t) for cls, s, k, t in _FALLBACK
+                               if isinstance(exc, cls)), (500, "server_error", ""))
     code = "context_length_exceeded" if isinstance(
         exc, ContextLimitError | CompactionRequiredError) else None
-    if isinstance(exc, ProviderError):
-        # An error inside a 200 answer (an unparsable body) is no success for the client.
-        status = exc.status if exc.status and exc.status >= 400 else status
+    if not isinstance(exc, ProviderError):
+        return status, error_envelope(redact_text(str(exc), secret), kind=kind, code=code)
+    if exc.status is not None and exc.status >= 400:
+        status = exc.status
         try:
             data = json.loads(redact_text(exc.body, secret)) if exc.body else None
         except ValueError:
             data = None
         if isinstance(data, dict) and (data.get("error") or data.get("message")):
             return status, data
-    return status, error_envelope(redact_text(str(exc), secret), kind=kind, code=code)
+    said = redact_text(_provider_said(exc.body), secret)
+    message = f"{told}: {said}" if said else told
+    return status, error_envelope(message, kind=kind, code=code)
+
+
+def error_headers(exc: BaseException) -> dict[str, str]:
+    """The headers a failure's answer carries: ``Retry-After`` when the provider asked
+    for a wait."""
+    wait = getattr(exc, "retry_after", None)
+    if isinstance(wait, int | float) and wait > 0:
+        return {"Retry-After": str(math.ceil(wait))}
+    return {}

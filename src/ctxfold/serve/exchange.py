@@ -12,10 +12,12 @@ round was forwarded (``prepare("overflow")``, then one retry).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -25,6 +27,7 @@ from ctxfold.engine.manager import ContextManager
 from ctxfold.engine.prepared import PreparedRequest
 from ctxfold.kernel.errors import ContextLimitError, CtxfoldError
 from ctxfold.kernel.types import ChatResponse, Message, Trigger, Usage
+from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import ClientRequest
 from ctxfold.serve.deltas import CallArgs, CallStart, Delta, message_deltas, parser_for
 from ctxfold.serve.errors import error_answer
@@ -34,11 +37,23 @@ from ctxfold.serve.sessions import USE_CAPABILITY
 from ctxfold.serve.upstream import Upstream
 from ctxfold.transport.aclient import AsyncEventStream
 
+log = logging.getLogger("ctxfold.serve")
+
 
 def _sum(a: Usage, b: Usage) -> Usage:
     return Usage(**{f: getattr(a, f) + getattr(b, f) for f in (
         "prompt_tokens", "completion_tokens", "cache_hit_tokens", "cache_miss_tokens",
         "reasoning_tokens")}, aggregated=True)
+
+
+#: What a stream sends when it has had nothing to send for a while: an SSE comment.
+KEEPALIVE = ": keep-alive\n\n"
+_END = object()
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> AsyncIterator[Any]:
+    """One awaitable as a stream of its result."""
+    yield await awaitable
 
 
 def _capability_answer(cm: ContextManager, arguments: str) -> str:
@@ -55,12 +70,13 @@ class Exchange:
     """The rounds of one client request (see the module docstring)."""
 
     def __init__(self, cm: ContextManager, request: ClientRequest, upstream: Upstream, *,
-                 forwarded: str | None, max_rounds: int) -> None:
+                 forwarded: str | None, max_rounds: int, keepalive: float = 15.0) -> None:
         self.cm = cm
         self.request = request
         self.upstream = upstream
         self.forwarded = forwarded
         self.max_rounds = max_rounds
+        self.keepalive = keepalive
         model = request.model or upstream.model
         created = int(time.time())
         if request.wire == "chat":
@@ -186,7 +202,7 @@ class Exchange:
             while True:
                 response = None
                 try:
-                    async for item in self._read_round():
+                    async for item in self._paced(self._read_round()):
                         if isinstance(item, ChatResponse):
                             response = item
                         else:
@@ -195,24 +211,71 @@ class Exchange:
                     await self._round_stack.aclose()
                     if self._forwarded or self._recovered:
                         raise
-                    await self.open_stream("overflow")
+                    async for text in self._paced(_awaited(self.open_stream("overflow"))):
+                        if text is KEEPALIVE:
+                            yield text
                     continue
                 await self._round_stack.aclose()
                 assert response is not None
-                if not await asyncio.to_thread(self._settle, response):
+                more = False
+                async for item in self._paced(_awaited(asyncio.to_thread(self._settle,
+                                                                         response))):
+                    if item is KEEPALIVE:
+                        yield item
+                    else:
+                        more = item
+                if not more:
                     break
                 for text in self.renderer.end_round():
                     yield text
-                await self.open_stream()
+                async for text in self._paced(_awaited(self.open_stream())):
+                    if text is KEEPALIVE:
+                        yield text
             for text in self.renderer.finish(self.finish_reason, self.usage):
                 yield text
         except CtxfoldError as exc:  # nothing of the broken round entered the transcript
+            log.warning("%s session=%s stream failed: %s", self.request.wire,
+                        self.cm.session_id, redact_text(str(exc), self.forwarded))
             _status, payload = error_answer(exc, self.forwarded)
             for text in self.renderer.error(payload):
                 yield text
         finally:
             await self._round_stack.aclose()
             await locks.aclose()
+
+    async def _paced(self, items: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """``items`` as they come, with an SSE comment (which clients ignore) whenever none
+        came for ``keepalive`` seconds: an upstream that stalls, or a summary that runs
+        between two rounds, never looks like a dead connection to the client."""
+        queue: asyncio.Queue[tuple[Any, BaseException | None]] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for item in items:
+                    await queue.put((item, None))
+                await queue.put((_END, None))
+            except Exception as exc:
+                await queue.put((_END, exc))
+            finally:
+                await items.aclose()  # type: ignore[attr-defined]
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                try:
+                    item, error = await asyncio.wait_for(queue.get(), self.keepalive)
+                except TimeoutError:
+                    yield KEEPALIVE
+                    continue
+                if item is _END:
+                    if error is not None:
+                        raise error
+                    return
+                yield item
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _read_round(self) -> AsyncIterator[str | ChatResponse]:
         """The client chunks of one upstream stream, then its assembled response."""

@@ -2,9 +2,10 @@
 
 Requests of different sessions run concurrently; requests of one session are serialized:
 each holds the session's lock from reconciling its history until its answer is in the
-transcript. A request that cannot get the lock within the bounded wait is refused with a
-:class:`~ctxfold.serve.errors.SessionBusyError` (HTTP 409). Opened sessions are kept (least
-recently used first out) so a turn costs O(new messages), not a reload of the transcript.
+transcript. Waiting for a lock is bounded (a :class:`~ctxfold.serve.errors.SessionBusyError`
+when it runs out). Opened sessions are kept, least recently used first out, so a turn costs
+O(new messages), not a reload of the transcript: at most ``capacity`` of them, and at most
+``max_messages`` transcript messages among them (a session in use always stays).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ Opener = Callable[[str, Sequence[ToolSchema], bool], ContextManager]
 
 
 class SessionPool:
-    """Open sessions (at most ``capacity``) and one lock per session in use."""
+    """Open sessions and one lock per session in use."""
 
-    def __init__(self, opener: Opener, *, lock_wait: float, capacity: int = 256) -> None:
+    def __init__(self, opener: Opener, *, lock_wait: float, capacity: int = 256,
+                 max_messages: int = 1_000_000) -> None:
         self._open = opener
         self.lock_wait = lock_wait
         self.capacity = capacity
+        self.max_messages = max_messages
         self._sessions: OrderedDict[str, ContextManager] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
         self._users: dict[str, int] = {}
@@ -38,17 +41,24 @@ class SessionPool:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def busy(self, session_id: str) -> bool:
+        """Whether a request holds ``session_id`` now."""
+        lock = self._locks.get(session_id)
+        return lock is not None and lock.locked()
+
     @asynccontextmanager
-    async def locked(self, session_id: str) -> AsyncIterator[None]:
-        """Hold ``session_id``'s lock; wait at most ``lock_wait`` seconds for it."""
+    async def locked(self, session_id: str, wait: float | None = None) -> AsyncIterator[None]:
+        """Hold ``session_id``'s lock; wait at most ``wait`` (default ``lock_wait``) seconds
+        for it, then raise :class:`SessionBusyError`."""
+        wait = self.lock_wait if wait is None else wait
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         self._users[session_id] = self._users.get(session_id, 0) + 1
         try:
             try:
-                async with asyncio.timeout(self.lock_wait):
+                async with asyncio.timeout(wait):
                     await lock.acquire()
             except TimeoutError:
-                raise SessionBusyError(session_id, self.lock_wait) from None
+                raise SessionBusyError(session_id, wait) from None
             try:
                 yield
             finally:
@@ -61,21 +71,29 @@ class SessionPool:
 
     def get(self, session_id: str, tools: Sequence[ToolSchema], *,
             create: bool = True) -> ContextManager:
-        """The session, opened with ``tools`` (reopened when the client's tools changed).
-        Call it with the session's lock held, from a worker thread (it reads files)."""
+        """The session, its tools set to ``tools`` (they travel with each request). Call it
+        from a worker thread (it may read files); only the holder of the session's lock may
+        append to what it returns."""
         with self._guard:
             cm = self._sessions.get(session_id)
-        if cm is not None and tuple(cm.tools) != tuple(tools):
-            cm = None
-        if cm is None:  # outside the guard: the session's own lock keeps it single
+        if cm is None:
             cm = self._open(session_id, tools, create)
+        if cm.tools != tuple(tools):
+            cm.tools = tuple(tools)
         with self._guard:
             self._sessions[session_id] = cm
             self._sessions.move_to_end(session_id)
-            for oldest in list(self._sessions)[: max(0, len(self._sessions) - self.capacity)]:
-                if oldest not in self._locks:  # a session in use stays
-                    del self._sessions[oldest]
+            self._evict()
         return cm
+
+    def _evict(self) -> None:
+        held = sum(cm.message_count for cm in self._sessions.values())
+        for oldest in list(self._sessions):
+            if len(self._sessions) <= self.capacity and held <= self.max_messages:
+                break
+            if oldest in self._locks:  # a session in use stays
+                continue
+            held -= self._sessions.pop(oldest).message_count
 
     def exists(self, cm: ContextManager, session_id: str) -> bool:
         """Whether ``session_id`` exists in ``cm``'s store."""

@@ -6,27 +6,36 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 
 import attrs
 
-from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.config.load import LoadedConfig
 from ctxfold.engine.manager import ContextManager
 from ctxfold.engine.opening import create_provider, open_session
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import Provider
-from ctxfold.kernel.errors import MessageError
-from ctxfold.kernel.types import ToolSchema
+from ctxfold.kernel.contracts import Provider, Store
+from ctxfold.kernel.errors import SummarizerError
+from ctxfold.kernel.kinds import SIDECAR_FORMAT, STORE, SUMMARIZER, StoreOptions
+from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.types import (
+    SummaryRequest,
+    SummaryResult,
+    ToolSchema,
+)
 from ctxfold.serve.client_request import ClientRequest
-from ctxfold.serve.errors import ServeError
 from ctxfold.serve.pool import SessionPool
-from ctxfold.serve.sessions import derive_session_id, reconcile, session_from_header
+from ctxfold.serve.routing import Router
+from ctxfold.serve.sessions import (
+    SESSION_HEADER,
+    conversation_id,
+    conversation_session,
+    derive_session_id,
+    session_from_header,
+)
 from ctxfold.serve.upstream import Upstream
-
-#: How many forks one request may walk through (a fork of a fork of …) before giving up.
-MAX_FORK_DEPTH = 16
 
 
 @attrs.frozen(kw_only=True)
@@ -34,15 +43,56 @@ class ServeSettings:
     """How the proxy runs. ``window`` is the window ctxfold maintains (default: the
     provider's); ``key_env`` names the variable holding the optional proxy key; a request
     waits at most ``lock_wait`` seconds for its session; one answer makes at most
-    ``max_rounds`` upstream calls (``use_capability`` rounds included)."""
+    ``max_rounds`` upstream calls (``use_capability`` rounds included). A request whose
+    history continues a session another request holds waits ``fork_after`` seconds, then
+    continues in a fork of it (two conversations that share their opening never block each
+    other). ``upstream_retries``: how often the proxy itself retries an upstream call that
+    failed with a retryable status (default none: the client retries the 429 or 5xx it gets,
+    ``Retry-After`` included, so attempts never multiply). A stream that has had nothing to
+    send for ``keepalive`` seconds sends an SSE comment."""
 
     host: str = "127.0.0.1"
     port: int = 8787
     window: int | None = None
     key_env: str = "CTXFOLD_SERVE_KEY"
     lock_wait: float = 30.0
+    fork_after: float = 2.0
     max_rounds: int = 4
     capacity: int = 256
+    upstream_retries: int = 0
+    keepalive: float = 15.0
+
+
+#: The running request's event loop and forwarded key, for the summaries it may need.
+REQUEST: ContextVar[tuple[asyncio.AbstractEventLoop, str | None] | None] = ContextVar(
+    "ctxfold_serve_request", default=None)
+
+
+class ProxySummaries:
+    """Checkpoint summaries by the upstream model with the key of the request that needs
+    one (the forwarded key when no key is configured; never stored), so a proxy that only
+    forwards its clients' keys still installs checkpoints. Used when the configured
+    summarizer is one that calls the provider (the default ``llm``)."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+
+    def _request(self) -> tuple[asyncio.AbstractEventLoop, str | None]:
+        context = REQUEST.get()
+        if context is None:
+            raise SummarizerError("a proxy checkpoint summary was asked for outside a "
+                                  "request; nothing was installed")
+        return context
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """From a worker thread of the request: the call runs on the server's loop."""
+        loop, key = self._request()
+        return asyncio.run_coroutine_threadsafe(self.upstream.summarize(request, key),
+                                                loop).result()
+
+    async def asummarize(self, request: SummaryRequest) -> SummaryResult:
+        _loop, key = self._request()
+        return await self.upstream.summarize(request, key)
 
 
 class Proxy:
@@ -55,15 +105,28 @@ class Proxy:
         self.provider = provider
         self.settings = settings
         self.store_path = store_path
-        self.upstream = Upstream(provider, on_request=on_request)
+        self.upstream = Upstream(provider, retries=settings.upstream_retries,
+                                 on_request=on_request)
+        self.registry = Registry.from_config(config)
+        self.store: Store = self.registry.create(
+            STORE, config.store.name, config=self.registry.resolve(config),
+            options=StoreOptions(path=store_path))
+        calls_provider = self.registry.get(
+            SUMMARIZER, self.registry.resolve(config).summarizer.name).calls_provider
+        self.summarizer = ProxySummaries(self.upstream) if calls_provider else None
         self.pool = SessionPool(self._open, lock_wait=settings.lock_wait,
                                 capacity=settings.capacity)
+        resolved = self.registry.resolve(config)
+        self.router = Router(self.pool, self.store, self.registry.create(
+            SIDECAR_FORMAT, resolved.store.sidecar_format, config=resolved),
+            lock_wait=settings.lock_wait, fork_after=settings.fork_after)
 
     def _open(self, session_id: str, tools: Sequence[ToolSchema],
               create: bool) -> ContextManager:
         return open_session(session_id, config=self.config, tools=tools, create=create,
                             provider=self.provider, window=self.settings.window,
-                            store_path=self.store_path)
+                            registry=self.registry, store=self.store,
+                            summarizer=self.summarizer)
 
     def check_key(self, authorization: str | None) -> bool:
         """Whether the request may pass: no proxy key is set, or it sent that key."""
@@ -81,46 +144,23 @@ class Proxy:
             return None
         return bearer(authorization)
 
-    def session_for(self, header: str | None, request: ClientRequest) -> str:
-        """The session the request names, or the one derived from it."""
+    def conversation(self, headers: Mapping[str, str], request: ClientRequest) -> str:
+        """The session that names the request's conversation (see
+        :mod:`ctxfold.serve.sessions`): the ``X-Ctxfold-Session`` header, else the client's
+        own conversation id, else one derived from the opening of the history."""
+        header = headers.get(SESSION_HEADER)
         if header:
             return session_from_header(header)
+        named = conversation_id(headers, request.fields)
+        if named is not None:
+            return conversation_session(named)
         return derive_session_id(request.model, request.history)
 
-    async def route(self, session_id: str, request: ClientRequest,
+    async def route(self, family_id: str, request: ClientRequest,
                     stack: AsyncExitStack) -> tuple[str, ContextManager]:
-        """Lock the session (on ``stack``), reconcile the request's history with its
-        transcript and append what is new — in a fork when the history diverged. Returns
-        the session that holds the history now."""
-        tools = (*request.tools, USE_CAPABILITY_TOOL)
-        locked: set[str] = set()
-
-        async def lock(name: str) -> None:
-            if name not in locked:
-                await stack.enter_async_context(self.pool.locked(name))
-                locked.add(name)
-
-        await lock(session_id)
-        for _ in range(MAX_FORK_DEPTH):
-            cm = await asyncio.to_thread(self.pool.get, session_id, tools)
-            plan = await asyncio.to_thread(reconcile, session_id, cm.canonical,
-                                           request.history)
-            if plan.fork_id:
-                await lock(plan.fork_id)
-                if await asyncio.to_thread(self.pool.exists, cm, plan.fork_id):
-                    session_id = plan.fork_id  # seen before: reconcile with the fork
-                    continue
-                await asyncio.to_thread(cm.fork, plan.fork_id, plan.covered)
-                session_id = plan.fork_id
-                cm = await asyncio.to_thread(self.pool.get, session_id, tools)
-            if plan.new:
-                try:
-                    await asyncio.to_thread(cm.append, *plan.new)
-                except MessageError as exc:
-                    raise ServeError(f"session {session_id!r}: {exc}") from None
-            return session_id, cm
-        raise ServeError(f"session {session_id!r}: the history diverges from more than "
-                         f"{MAX_FORK_DEPTH} forks in a row; start a new session")
+        """The session the request continues, locked on ``stack``, its new messages
+        appended (:meth:`Router.route`)."""
+        return await self.router.route(family_id, request, stack)
 
     def close(self) -> None:
         """Close the provider (and the in-process emulator it may own)."""

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxfold.kernel.types import Usage
-from ctxfold.serve.deltas import CallStart, Delta, Reasoning, Text
+from ctxfold.serve.deltas import CallStart, Delta, Item, Reasoning, Text
 
 
 def sse(data: Any, event: str | None = None) -> str:
@@ -42,11 +42,15 @@ class ChatRenderer:
         self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
-        return sse({"id": self.response_id, "object": "chat.completion.chunk",
-                    "created": self.created, "model": self.model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                 "finish_reason": finish}]})
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None,
+               usage: Usage | None = None) -> str:
+        chunk: dict[str, Any] = {"id": self.response_id, "object": "chat.completion.chunk",
+                                 "created": self.created, "model": self.model,
+                                 "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                              "finish_reason": finish}]}
+        if usage is not None:
+            chunk["usage"] = chat_usage(usage)
+        return sse(chunk)
 
     def start(self) -> list[str]:
         """The first chunk (the role), sent before anything arrived from upstream."""
@@ -60,6 +64,8 @@ class ChatRenderer:
         if isinstance(delta, Reasoning):
             self.reasoning.append(delta.text)
             return [self._chunk({"reasoning_content": delta.text})]
+        if isinstance(delta, Item):
+            return []  # a Responses item chat has no form for
         if isinstance(delta, CallStart):
             self.calls[delta.key] = {"id": delta.call_id, "type": "function",
                                      "function": {"name": delta.name, "arguments": ""}}
@@ -75,8 +81,11 @@ class ChatRenderer:
         return []
 
     def finish(self, finish_reason: str, usage: Usage) -> list[str]:
-        """The finish chunk, the usage chunk when the client asked for it, ``[DONE]``."""
-        out = [self._chunk({}, finish_reason)]
+        """The finish chunk, the usage chunk when the client asked for it, ``[DONE]``. A
+        client that did not ask still gets the usage, on the finish chunk (where DeepSeek,
+        which always reports it, puts it; clients that read ``chunk.usage`` find it there,
+        the others ignore the field)."""
+        out = [self._chunk({}, finish_reason, None if self.include_usage else usage)]
         if self.include_usage:
             out.append(sse({"id": self.response_id, "object": "chat.completion.chunk",
                             "created": self.created, "model": self.model, "choices": [],

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxfold.kernel.types import Usage
-from ctxfold.serve.deltas import CallArgs, CallStart, Delta, Reasoning, Text
+from ctxfold.serve.deltas import CallArgs, CallStart, Delta, Item, Reasoning, Text
 from ctxfold.serve.render_chat import sse
 
 
@@ -104,6 +104,9 @@ class ResponsesRenderer:
                                       item_id=item["id"], output_index=self._reasoning,
                                       summary_index=0, delta=delta.text)]
         out += self._close_reasoning()
+        if isinstance(delta, Item):  # forwarded whole, as the upstream sent it
+            index, added = self._add(dict(delta.item))
+            return [*out, added, *self._close(index)]
         if isinstance(delta, Text):
             if self._message is None:
                 self._message, added = self._add({
@@ -143,7 +146,7 @@ class ResponsesRenderer:
     def _close(self, index: int) -> list[str]:
         self._open.discard(index)
         item = self.items[index]
-        ids = {"item_id": item["id"], "output_index": index}
+        ids = {"item_id": item.get("id"), "output_index": index}
         if item["type"] == "reasoning":
             part = item["summary"][0]
             out = [self._event("response.reasoning_summary_text.done", **ids, summary_index=0,
@@ -156,9 +159,11 @@ class ResponsesRenderer:
                                text=part["text"], logprobs=[]),
                    self._event("response.content_part.done", **ids, content_index=0,
                                part=part)]
-        else:
+        elif item["type"] == "function_call":
             out = [self._event("response.function_call_arguments.done", **ids,
                                arguments=item["arguments"])]
+        else:
+            out = []
         return [*out, self._event("response.output_item.done", output_index=index, item=item)]
 
     def end_round(self) -> list[str]:
@@ -167,7 +172,7 @@ class ResponsesRenderer:
 
     def _complete(self) -> list[str]:
         out = self._close_reasoning()
-        if self._message is None and not self._calls:  # an answer always has a message
+        if all(i["type"] == "reasoning" for i in self.items):  # an answer is never empty
             self._message, added = self._add({
                 "id": f"msg_{self.response_id}", "type": "message", "status": "completed",
                 "role": "assistant",

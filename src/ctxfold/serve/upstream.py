@@ -17,9 +17,15 @@ from typing import Any
 
 import attrs
 
+from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.interop.chat import tool_schema_to_openai
+from ctxfold.interop.responses import tool_item
 from ctxfold.kernel.contracts import Provider
 from ctxfold.kernel.errors import ConfigError
+from ctxfold.kernel.summary import is_summary_message
+from ctxfold.kernel.types import SummaryRequest, SummaryResult
+from ctxfold.plugins.summarizers.llm import LLMSummarizer
 from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
 from ctxfold.transport.aclient import AsyncEventStream, AsyncHttpClient
 from ctxfold.transport.provider import HttpProvider, serialize_body
@@ -28,6 +34,18 @@ from ctxfold.transport.settings import JsonResult
 #: Fields both wire formats read alike, passed on when the client's format differs.
 _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_calls", "user",
                      "metadata", "service_tier"})
+
+
+#: Fields that only mean something when tools are offered.
+_TOOL_FIELDS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
+
+
+def offers_capability(prepared: PreparedRequest) -> bool:
+    """Whether the view gives ``use_capability`` something to do: a checkpoint summary or a
+    bounded tool result to page (or an earlier call of it to continue)."""
+    return any(is_summary_message(m) or (m.role == "tool" and "result_ref=" in m.content)
+               or any(c.name == USE_CAPABILITY_TOOL.name for c in m.tool_calls)
+               for m in prepared.messages)
 
 
 def http_provider_of(provider: Provider) -> HttpProvider:
@@ -74,7 +92,7 @@ class Upstream:
     """Where the proxy sends its requests. ``on_request`` sees the exact bytes of each
     body before it is sent (tests compare them between turns)."""
 
-    def __init__(self, provider: Provider, *,
+    def __init__(self, provider: Provider, *, retries: int = 0,
                  on_request: Callable[[bytes], None] | None = None) -> None:
         inner = http_provider_of(provider)
         self.provider = provider
@@ -86,6 +104,9 @@ class Upstream:
         self.model = inner.model
         self.settings = inner.http.settings
         self.on_request = on_request
+        #: Retries of a client's request: none by default — the client (its SDK) retries
+        #: what the proxy answers with a 429 or 5xx, so attempts do not multiply.
+        self.retries = retries
         # The provider's own factory keeps its seams (an async transport, clock, sleep).
         self._make: Callable[[], AsyncHttpClient] | None = getattr(inner, "_make_async", None)
         self._client: AsyncHttpClient | None = None
@@ -120,10 +141,16 @@ class Upstream:
         body: dict[str, Any] = {"model": request.model or self.model, field: view[field]}
         fields = request.fields if request.wire == self.wire else translate_fields(
             request.fields, self.wire)
+        tools = self.tools(request)
+        if offers_capability(prepared):
+            tools.append(tool_schema_to_openai(USE_CAPABILITY_TOOL) if self.wire == "chat"
+                         else tool_item(USE_CAPABILITY_TOOL))
         for key, value in fields.items():
-            body[key] = view.get("tools", []) if key == "tools" else value
-        if "tools" not in body and view.get("tools"):
-            body["tools"] = view["tools"]
+            if key in _TOOL_FIELDS and not tools:
+                continue  # every tool was left out: no empty list, no choice among none
+            body[key] = tools if key == "tools" else value
+        if "tools" not in body and tools:
+            body["tools"] = tools
         if self.wire == "chat" and request.stream:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, Mapping) else {}),
@@ -132,6 +159,23 @@ class Upstream:
             body["prompt_cache_key"] = cache_key
         return body
 
+    def tools(self, request: ClientRequest) -> list[Any]:
+        """The client's tools for this upstream: in the client's own wire format, every
+        tool exactly as sent, whatever its type; in the other format, its function tools
+        converted (:meth:`dropped` names the rest, which have no form there)."""
+        if request.wire == self.wire:
+            return list(request.fields.get("tools") or [])
+        return [tool_schema_to_openai(t) if self.wire == "chat" else tool_item(t)
+                for t in request.tools]
+
+    def dropped(self, request: ClientRequest) -> list[str]:
+        """The client's tools this upstream cannot be offered (another wire format, and not
+        a function tool): ``type`` or ``type:name`` each."""
+        if request.wire == self.wire:
+            return []
+        return [f"{t['type']}:{t['name']}" if isinstance(t.get("name"), str) else
+                str(t["type"]) for t in request.other_tools]
+
     def _observe(self, body: Mapping[str, Any]) -> None:
         if self.on_request is not None:
             self.on_request(serialize_body(body))
@@ -139,15 +183,28 @@ class Upstream:
     async def post(self, body: Mapping[str, Any], forwarded: str | None) -> JsonResult:
         """POST a non-streaming body; typed :class:`~ctxfold.ProviderError` on failure."""
         self._observe(body)
-        return await self._http(forwarded).post_json(self.path, body)
+        return await self._http(forwarded).post_json(self.path, body,
+                                                     max_retries=self.retries)
 
     @asynccontextmanager
     async def stream(self, body: Mapping[str, Any],
                      forwarded: str | None) -> AsyncIterator[AsyncEventStream]:
         """POST a streaming body; entering returns once the response headers arrived."""
         self._observe(body)
-        async with self._http(forwarded).stream_events(self.path, body) as events:
+        async with self._http(forwarded).stream_events(self.path, body,
+                                                       max_retries=self.retries) as events:
             yield events
+
+    async def summarize(self, request: SummaryRequest, forwarded: str | None) -> SummaryResult:
+        """A checkpoint summary by the upstream model, with the key of the request that
+        needed it (``forwarded``) when no key is configured: the ``llm`` summarizer's request
+        (effort none, the summary cap, no retry), sent without streaming."""
+        chat = attrs.evolve(LLMSummarizer(self.provider).chat_request(request), stream=False)
+        body = self.translator.build_body(chat, model=self.model)
+        result = await self._http(forwarded).post_json(self.path, body, max_retries=0)
+        response = self.translator.parse_response(result.data, result.request_id)
+        return SummaryResult(text=response.message.content,
+                             finish_reason=response.finish_reason, usage=response.usage)
 
     async def aclose(self) -> None:
         """Close the connection pool (from the loop that used it)."""

@@ -18,7 +18,12 @@ from ctxfold.kernel.errors import ProviderError
 from ctxfold.kernel.types import SseEvent
 from ctxfold.transport import errors
 from ctxfold.transport.client import read_kind
-from ctxfold.transport.retry import MAX_RETRY_AFTER, calculate_retry_timeout, wait_beyond_cap
+from ctxfold.transport.retry import (
+    MAX_RETRY_AFTER,
+    calculate_retry_timeout,
+    server_wait,
+    wait_beyond_cap,
+)
 from ctxfold.transport.settings import (
     ClientBase,
     HttpSettings,
@@ -148,6 +153,7 @@ class AsyncHttpClient(ClientBase):
                     return response, key
                 error, retryable = await self._status_error(response, url, attempt, key)
                 delay_headers = response.headers
+                error.retry_after = error.retry_after or server_wait(delay_headers)
                 if not retryable:
                     raise error
             wait = wait_beyond_cap(delay_headers)

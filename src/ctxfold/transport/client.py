@@ -31,7 +31,12 @@ from httpx_sse import EventSource, SSEError
 from ctxfold.kernel.errors import ProviderError
 from ctxfold.kernel.types import SseEvent
 from ctxfold.transport import errors
-from ctxfold.transport.retry import MAX_RETRY_AFTER, calculate_retry_timeout, wait_beyond_cap
+from ctxfold.transport.retry import (
+    MAX_RETRY_AFTER,
+    calculate_retry_timeout,
+    server_wait,
+    wait_beyond_cap,
+)
 from ctxfold.transport.settings import (
     ClientBase,
     EventStream,
@@ -165,6 +170,7 @@ class HttpClient(ClientBase):
                     return response, key
                 error, retryable = self._status_error(response, url, attempt, key)
                 delay_headers = response.headers
+                error.retry_after = error.retry_after or server_wait(delay_headers)
                 if not retryable:
                     raise error
             wait = wait_beyond_cap(delay_headers)

@@ -57,6 +57,13 @@ def wait_beyond_cap(headers: Mapping[str, str], now: float | None = None) -> flo
     return hint if hint is not None and hint > MAX_RETRY_AFTER else None
 
 
+def server_wait(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """The wait in seconds the server asked for (``retry-after-ms``, ``Retry-After``), if
+    any; a refused request keeps it on ``exc.retry_after`` so a proxy can pass it on."""
+    hint = _retry_after(headers, time.time() if now is None else now)
+    return hint if hint is not None and hint > 0 else None
+
+
 def _retry_after(headers: Mapping[str, str], now: float) -> float | None:
     lowered = {k.lower(): v for k, v in headers.items()}
     ms = lowered.get("retry-after-ms")

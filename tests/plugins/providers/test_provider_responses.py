@@ -8,6 +8,7 @@ import httpx
 import pytest
 from providers_support import Recorder, sse_response
 
+from ctxfold.interop.responses import input_items
 from ctxfold.kernel.errors import ContextLimitError, ProviderConnectionError, ServerError
 from ctxfold.kernel.types import ChatRequest, Message, ToolCall, ToolSchema
 from ctxfold.transport.provider import partial_message_of
@@ -186,3 +187,32 @@ def test_non_streaming_response(make_provider):
 def test_cache_ttl_default(make_provider):
     provider = make_provider("responses", Recorder(httpx.Response(200, json={})))
     assert provider.cache_ttl_minutes == 10 and provider.supports_native_compaction is False
+
+
+def test_every_output_item_goes_back_out_as_it_came(make_provider):
+    """With ``store: false`` the next request must carry the previous output items as they
+    came — encrypted reasoning, item ids, item types ctxfold does not model (a custom tool
+    call). They were dropped: only the text, the reasoning summary and the calls remained."""
+    output = [
+        {"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAA-opaque",
+         "summary": [{"type": "summary_text", "text": "s"}]},
+        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "Patching.", "annotations": []}]},
+        {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_p", "name": "apply_patch",
+         "input": "*** Begin Patch\n*** End Patch\n", "status": "completed"},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_z", "name": "ls",
+         "arguments": "{}", "status": "completed"},
+    ]
+    body = {"id": "resp_3", "status": "completed", "usage": USAGE, "output": output}
+    provider = make_provider("responses", Recorder(httpx.Response(200, json=body)))
+    message = provider.complete(ChatRequest(messages=MESSAGES[:2], stream=False)).message
+    assert message.content == "Patching."
+    assert message.tool_calls == (ToolCall(id="call_z", name="ls", arguments="{}"),)
+    resent = input_items([message])
+    assert resent == output
+    events = [ev("response.created", response={"id": "resp_3"}),
+              *[ev("response.output_item.done", output_index=i, item=item)
+                for i, item in enumerate(output)], completed()]
+    streamed = make_provider("responses", Recorder(sse_response(events))).complete(
+        ChatRequest(messages=MESSAGES[:2], stream=True)).message
+    assert input_items([streamed]) == output

@@ -7,7 +7,9 @@ would send. Its factory receives :class:`~ctxfold.kernel.kinds.PolicyOptions`.
 
 Every summarizing policy gets the same summarizer and wraps its summary with
 :func:`ctxfold.kernel.summary.wrap_summary`, so the comparison measures only *when* and *what*
-a policy folds, never the summary text itself.
+a policy folds, never the summary text itself. A policy whose original bounds tool outputs
+before the model sees them (Codex, opencode) sets :meth:`BasePolicy.cap`; its views are built
+from :attr:`BasePolicy.sent`, the history as the original would have kept it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ import attrs
 from ctxfold.kernel.errors import MaintenanceError, PluginError, PolicyFailedError
 from ctxfold.kernel.kinds import PolicyOptions
 from ctxfold.kernel.sessions import SummaryCall
-from ctxfold.kernel.summary import build_summary_request, validate_summary_result, wrap_summary
+from ctxfold.kernel.summary import (
+    LENGTH_RULE,
+    build_summary_request,
+    validate_summary_result,
+    wrap_summary,
+)
 from ctxfold.kernel.types import Message, RequestShape, SummaryRequest
 
 #: The window peer constants (Codex, opencode) were tuned for: a 200K-token model (Claude
@@ -61,9 +68,16 @@ class BasePolicy:
     def __init__(self, setup: PolicyOptions) -> None:
         self.setup = setup
         self.history: list[Message] = []
+        self.sent: list[Message] = []  # the history as this policy's original keeps it
+
+    def cap(self, message: Message) -> Message:
+        """``message`` as the original agent keeps it (its tool-output bound); unchanged by
+        default."""
+        return message
 
     def observe(self, message: Message) -> None:
         self.history.append(message)
+        self.sent.append(self.cap(message) if message.role == "tool" else message)
 
     def canonical(self) -> tuple[Message, ...] | None:
         """The fed history, which these policies keep and never edit (only their views)."""
@@ -107,10 +121,32 @@ class BasePolicy:
 def with_target(request: SummaryRequest, setup: PolicyOptions) -> SummaryRequest:
     """``request`` with the replay's briefing length (``setup.summary_tokens``) when it asks
     for none: a model writes about the length a prompt asks for (ctxfold's ask for
-    ``briefing_tokens(window)``), and a default length when the prompt names none."""
-    if not setup.summary_tokens or request.target_tokens:
+    ``briefing_tokens(window)``), and a default length when the prompt names none. With
+    ``setup.equal_summary_length`` every request gets that length, and an instruction's
+    ``- Length:`` line says so (what a real summarizer reads)."""
+    if not setup.summary_tokens:
+        return request
+    if setup.equal_summary_length:
+        return attrs.evolve(request, target_tokens=setup.summary_tokens,
+                            messages=_relength(request.messages, setup.summary_tokens))
+    if request.target_tokens:
         return request
     return attrs.evolve(request, target_tokens=setup.summary_tokens)
+
+
+def _relength(messages: tuple[Message, ...], tokens: int) -> tuple[Message, ...]:
+    """``messages`` with the last instruction's ``- Length: about N tokens.`` rule set to
+    ``tokens`` (left alone when it has none)."""
+    if not messages:
+        return messages
+    last = messages[-1]
+    head, sep, _rest = last.content.partition("\n- Length: about ")
+    if not sep:
+        return messages
+    rest = _rest.split("\n", 1)
+    tail = "\n" + rest[1] if len(rest) > 1 else ""
+    content = head + "\n" + LENGTH_RULE.format(n=tokens) + tail
+    return (*messages[:-1], attrs.evolve(last, content=content))
 
 
 def first_system(messages: Sequence[Message]) -> Message | None:

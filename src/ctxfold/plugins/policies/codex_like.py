@@ -11,6 +11,13 @@
   summary message. All assistant messages, tool calls and outputs are dropped
   (``codex-rs/core/src/compact.rs``).
 
+Tool outputs: Codex sends the model at most ``MODEL_FORMAT_MAX_BYTES = 10 * 1024`` bytes and
+``MODEL_FORMAT_MAX_LINES = 256`` lines of a command's output — the first 128 lines (at most
+5 KiB) and the last 128 (at most 5 KiB) around ``[... omitted N of M lines ...]``
+(``codex-rs/core/src/tools/mod.rs``, ``format_exec_output_str``; later versions keep about
+10,000 bytes or tokens by a per-model ``TruncationPolicy``). Here every tool output is bounded
+so when observed; the canonical history keeps it whole.
+
 Scaling: the 20 000-token user budget is scaled by ``window / 200_000`` below a 200K window
 (:func:`ctxfold.plugins.policies._common.scaled`); the 90 % trigger is a ratio and is not scaled.
 """
@@ -30,6 +37,35 @@ from ctxfold.plugins.policies._common import BasePolicy, first_system, scaled
 
 TRIGGER_RATIO = 0.90
 USER_MESSAGE_MAX_TOKENS = 20_000
+MODEL_FORMAT_MAX_BYTES = 10 * 1024
+MODEL_FORMAT_MAX_LINES = 256
+
+
+def _bytes_prefix(lines: list[str], budget: int) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        size = len(line.encode()) + 1
+        if size > budget:
+            if budget > 0:
+                out.append(line.encode()[:budget].decode(errors="ignore"))
+            break
+        out.append(line)
+        budget -= size
+    return out
+
+
+def codex_truncate(text: str) -> str:
+    """A tool output as Codex shows it to the model: whole when within 10 KiB and 256 lines,
+    else its first and last 128 lines, each half within 5 KiB, around an omission marker."""
+    lines = text.split("\n")
+    if len(lines) <= MODEL_FORMAT_MAX_LINES and len(text.encode()) <= MODEL_FORMAT_MAX_BYTES:
+        return text
+    half_lines, half_bytes = MODEL_FORMAT_MAX_LINES // 2, MODEL_FORMAT_MAX_BYTES // 2
+    head = _bytes_prefix(lines[:half_lines], half_bytes)
+    rest = lines[len(head):]
+    tail = _bytes_prefix(rest[::-1][:half_lines], half_bytes)[::-1]
+    omitted = len(lines) - len(head) - len(tail)
+    return "\n".join([*head, f"[... omitted {omitted} of {len(lines)} lines ...]", *tail])
 
 
 def middle_truncate(message: Message, keep_tokens: int, tokens: int) -> Message:
@@ -53,14 +89,19 @@ class CodexLikePolicy(BasePolicy):
         self.covered = 0
         self.user_budget = scaled(USER_MESSAGE_MAX_TOKENS, setup.window)
 
+    def cap(self, message: Message) -> Message:
+        bounded = codex_truncate(message.content)
+        return message if bounded == message.content else attrs.evolve(
+            message, content=bounded, raw_content=None)
+
     def view(self) -> list[Message]:
-        return self.body + self.history[self.covered:]
+        return self.body + self.sent[self.covered:]
 
     def request(self) -> PolicyRequest:
         view = self.view()
         if self.tokens(view) < math.floor(self.setup.window * TRIGGER_RATIO):
             return PolicyRequest(messages=tuple(view))
-        system = first_system(self.history)
+        system = first_system(self.sent)
         region = view[1:] if system is not None and view and view[0] is system else view
         call, summary = self.summarize(self.summary_request(system, region))
         kept: list[Message] = []
@@ -76,7 +117,7 @@ class CodexLikePolicy(BasePolicy):
             kept.append(message)
             budget -= tokens
         self.body = ([system] if system is not None else []) + kept[::-1] + [summary]
-        self.covered = len(self.history)
+        self.covered = len(self.sent)
         return PolicyRequest(messages=tuple(self.view()), summaries=(call,), installed=True)
 
 

@@ -10,6 +10,11 @@ as specified (SPEC §3.2: one trigger at ``floor(window × compact_ratio)``, pru
 most two folds, 5 % tail, pinned head). Summary requests are counted from the summarizer
 calls (the shared summarizer is wrapped to record them). A ``CompactionRequiredError`` ends
 the run as failed.
+
+As a host deploys it: the session's tools plus ctxfold's ``use_capability`` tool (the history
+search its summaries point to), so the engine counts that schema and every request bills it.
+A summary is billed in full: the last summary call of a request answers with the text the
+checkpoint installed (the briefing and its appended facts list), not only the briefing.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import re
 
 import attrs
 
+from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.engine.opening import open_session
 from ctxfold.kernel.config import AgentConfig, CheckpointConfig, SummarizerConfig
 from ctxfold.kernel.errors import MaintenanceError, PolicyFailedError
@@ -25,6 +31,7 @@ from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import PolicyOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.sessions import PolicyRequest, SummaryCall
+from ctxfold.kernel.summary import is_summary_message, unwrap_summary
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
 from ctxfold.plugins.policies._common import with_target
 
@@ -73,7 +80,7 @@ class CtxfoldPolicy:
             session_id,
             config=config,
             registry=registry,
-            tools=setup.tools,
+            tools=(*setup.tools, USE_CAPABILITY_TOOL),
             estimator=setup.estimator,
             summarizer=self.recorder,
             window=setup.window,
@@ -99,15 +106,23 @@ class CtxfoldPolicy:
             prepared = self.manager.prepare()
         except MaintenanceError as exc:
             raise PolicyFailedError(f"policy {self.name}: {exc}") from exc
-        calls = tuple(
+        calls = [
             SummaryCall(request=req, text=res.text.strip())
             for req, res in self.recorder.calls[before:]
-        )
+        ]
+        installed = prepared.projection_version != version
+        summary = next((m for m in prepared.messages if is_summary_message(m)), None)
+        if calls and installed and summary is not None:
+            # The installed summary: the briefing plus what the check appended to it.
+            full = unwrap_summary(summary)
+            if full.startswith(calls[-1].text):
+                calls[-1] = attrs.evolve(calls[-1], text=full)
         return PolicyRequest(
             messages=prepared.messages,
-            summaries=calls,
-            installed=prepared.projection_version != version,
+            summaries=tuple(calls),
+            installed=installed,
             prunes=1 if prepared.pruned else 0,
+            tools=tuple(prepared.tools),
         )
 
     def canonical(self) -> tuple[Message, ...]:

@@ -10,6 +10,12 @@
   sending the full conversation lets the summary reuse the prompt cache). The new history is
   system + summary + the last real user message replayed (V1 on auto compaction).
 
+Tool outputs: every tool's output is bounded to ``Truncate.MAX_LINES = 2000`` lines and
+``Truncate.MAX_BYTES = 50 * 1024`` bytes before the model sees it — the head is kept, then
+``...N lines|bytes truncated...`` and a hint that the full output was saved to a file
+(``packages/opencode/src/tool/truncation.ts``, ``Truncate.output``). The saved file (kept 7
+days) is readable with opencode's own tools; the replay does not model reading it back.
+
 Deviations, documented: opencode V1 skips the last two user turns when pruning and prunes
 only after the prompt loop exits; single-task agent sessions have one user turn and never
 exit the loop, so that rule would never fire — here the 40 000-token protection alone guards
@@ -35,6 +41,33 @@ PRUNE_PROTECT = 40_000
 PRUNE_MINIMUM = 20_000
 COMPACTION_BUFFER = 20_000
 CLEARED = "[Old tool result content cleared]"
+MAX_LINES = 2000
+MAX_BYTES = 50 * 1024
+TRUNCATED_HINT = ("The tool call succeeded but the output was truncated. Full output saved to: "
+                  "{path}\nUse Grep to search the full content or Read with offset/limit to "
+                  "view specific sections.")
+
+
+def opencode_truncate(text: str, path: str = "tool-output") -> str:
+    """A tool output as opencode shows it: whole within 2,000 lines and 50 KiB, else the
+    lines that fit (head first) with the removed count and the saved-file hint."""
+    lines = text.split("\n")
+    total = len(text.encode())
+    if len(lines) <= MAX_LINES and total <= MAX_BYTES:
+        return text
+    out: list[str] = []
+    used, hit_bytes = 0, False
+    for i, line in enumerate(lines[:MAX_LINES]):
+        size = len(line.encode()) + (1 if i else 0)
+        if used + size > MAX_BYTES:
+            hit_bytes = True
+            break
+        out.append(line)
+        used += size
+    removed = total - used if hit_bytes else len(lines) - len(out)
+    unit = "bytes" if hit_bytes else "lines"
+    return (f"{chr(10).join(out)}\n\n...{removed} {unit} truncated...\n\n"
+            + TRUNCATED_HINT.format(path=path))
 
 
 class OpencodeLikePolicy(BasePolicy):
@@ -53,18 +86,23 @@ class OpencodeLikePolicy(BasePolicy):
         # off the budget, so only what opencode reserves beyond it comes off again.
         self.buffer = max(0, scaled(COMPACTION_BUFFER, setup.model_window) - setup.reserve_output)
 
+    def cap(self, message: Message) -> Message:
+        bounded = opencode_truncate(message.content, f"tool-output/{message.tool_call_id}")
+        return message if bounded == message.content else attrs.evolve(
+            message, content=bounded, raw_content=None)
+
     def view(self) -> list[Message]:
         tail = [
             attrs.evolve(m, content=CLEARED, raw_content=None) if i in self.pruned else m
-            for i, m in enumerate(self.history[self.covered:], start=self.covered)
+            for i, m in enumerate(self.sent[self.covered:], start=self.covered)
         ]
         return self.body + tail
 
     def prune(self) -> bool:
         protected = 0
         candidates: list[tuple[int, int]] = []
-        for i in range(len(self.history) - 1, self.covered - 1, -1):
-            message = self.history[i]
+        for i in range(len(self.sent) - 1, self.covered - 1, -1):
+            message = self.sent[i]
             if message.role != "tool" or i in self.pruned:
                 continue
             tokens = self.count(message)
@@ -82,7 +120,7 @@ class OpencodeLikePolicy(BasePolicy):
         view = self.view()
         calls: tuple[SummaryCall, ...] = ()
         if self.tokens(view) >= self.setup.window - self.buffer:
-            system = first_system(self.history)
+            system = first_system(self.sent)
             region = view[1:] if system is not None and view and view[0] is system else view
             call, summary = self.summarize(self.summary_request(system, region))
             calls = (call,)
@@ -92,7 +130,7 @@ class OpencodeLikePolicy(BasePolicy):
                 None,
             )
             self.body = [m for m in (system, summary, last_user) if m is not None]
-            self.covered = len(self.history)
+            self.covered = len(self.sent)
             view = self.view()
         return PolicyRequest(messages=tuple(view), summaries=calls,
                              installed=pruned or bool(calls), prunes=int(pruned))

@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ctxfold.interop.responses import input_items, tool_item
+from ctxfold.interop.responses import input_items, kept_item, tool_item
 from ctxfold.interop.usage import responses_usage
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyContext, StrategySpec
@@ -102,6 +102,9 @@ class ResponsesStream:
         self.usage: Any = None
         self.finish_reason: str | None = None
         self.response_id = ""
+        #: Every finished output item, as sent (encrypted reasoning, item ids, item types
+        #: ctxfold does not model): the message keeps them, so they go back out exactly.
+        self.items: dict[Any, Mapping[str, Any]] = {}
 
     def feed(self, event: Any) -> bool:
         """Consume one SSE event; True at the terminal event."""
@@ -148,6 +151,7 @@ class ResponsesStream:
         """A finished output item is authoritative over the deltas seen for it."""
         if not isinstance(item, Mapping):
             raise bad_payload(NAME, "an output item", json.dumps(item))
+        self.items[key] = item
         kind = item.get("type")
         if kind == "function_call":
             self._call_start(key, item)
@@ -175,9 +179,11 @@ class ResponsesStream:
                       for s in self.calls.values())  # arrival order = output order
         # Joined here, not per event: a surrogate pair split across two deltas only becomes
         # one character once both halves are in the same string.
+        kept = () if partial else tuple(kept_item(item) for item in self.items.values())
         return repaired_message(Message(
             role="assistant", content="".join(self.text), tool_calls=calls,
-            reasoning_content="".join(self.reasoning) or None, partial=partial))
+            reasoning_content="".join(self.reasoning) or None, partial=partial,
+            responses_items=kept))
 
     def partial(self) -> Message | None:
         """What arrived so far, marked partial."""

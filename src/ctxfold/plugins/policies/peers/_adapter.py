@@ -3,8 +3,13 @@ request it would send, and writing its summaries with the replay's shared summar
 
 The library decides *when* to compact, *what* to keep and *which messages* to summarize; the
 adapter only translates. Its summaries come from the same summarizer every other policy uses,
-asked for the same briefing length, fed the messages the library selected; the summary request
-is billed as the prompt the library itself would have sent its model.
+asked for the same briefing length, fed the messages the library selected — its previous
+summary, in whatever wrapper the library gives it (:attr:`PeerPolicy.summary_prefixes`),
+handed over as a previous summary to merge, and tool calls included; the summary request is
+billed as the prompt the library itself would have sent its model, and a real summarizer
+(``--summarizer-provider``) is sent exactly that prompt. After each request the adapter gets
+the usage a provider would report (:meth:`PeerPolicy.observe_usage`) and gives it to the
+library on the next assistant message, as the library's own model client would.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from ctxfold.interop.chat import message_from_openai, message_to_openai
 from ctxfold.kernel.errors import CtxfoldError, MaintenanceError, PolicyFailedError
 from ctxfold.kernel.kinds import PolicyOptions
 from ctxfold.kernel.sessions import PolicyRequest, SummaryCall
-from ctxfold.kernel.summary import summary_output_cap, validate_summary_result
-from ctxfold.kernel.types import Message, RequestShape, SummaryRequest
+from ctxfold.kernel.summary import summary_output_cap, validate_summary_result, wrap_summary
+from ctxfold.kernel.types import Message, RequestShape, SummaryRequest, Usage
 
 #: How the real-library policies are installed (the ``peers`` extra pins their versions).
 INSTALL = "install them with: pip install 'ctxfold[peers]'"
@@ -45,12 +52,20 @@ class PeerPolicy:
     library would send now)."""
 
     name = "peer"
+    #: How the library opens the message that carries its previous summary.
+    summary_prefixes: tuple[str, ...] = ()
 
     def __init__(self, setup: PolicyOptions) -> None:
         self.setup = setup
         self.history: list[Message] = []
         self._calls: list[SummaryCall] = []
+        self._fallbacks = 0
         self._previous = ""
+        self.usage: Usage | None = None  # the last request's, for the next assistant message
+
+    def observe_usage(self, usage: Usage) -> None:
+        """The usage a provider reports for the request just billed."""
+        self.usage = usage
 
     # -- what subclasses implement ---------------------------------------------------------
     def feed(self, message: dict[str, Any]) -> None:  # pragma: no cover - interface
@@ -79,12 +94,14 @@ class PeerPolicy:
         messages = to_messages(dicts, f"policy {self.name}: request")
         calls = tuple(self._calls)
         self._calls.clear()
+        fallbacks, self._fallbacks = self._fallbacks, 0
         body = json.dumps(dicts, ensure_ascii=False, sort_keys=True)
         extends = body.startswith(self._previous[:-1]) if self._previous else True
         self._previous = body
         return PolicyRequest(messages=messages, summaries=calls,
-                             installed=bool(calls) or not extends,
-                             prunes=1 if not calls and not extends else 0)
+                             installed=bool(calls) or bool(fallbacks) or not extends,
+                             prunes=1 if not calls and not fallbacks and not extends else 0,
+                             fallback_summaries=fallbacks)
 
     # -- helpers for subclasses ------------------------------------------------------------
     def count(self, dicts: Sequence[Mapping[str, Any]]) -> int:
@@ -94,20 +111,37 @@ class PeerPolicy:
     def count_text(self, text: str) -> int:
         return self.count([{"role": "user", "content": text}])
 
+    def selected_messages(self, selected: Sequence[Mapping[str, Any]]) -> tuple[Message, ...]:
+        """``selected`` as ctxfold messages, the library's previous summary (a user message
+        opening with one of :attr:`summary_prefixes`) as a summary message to merge."""
+        out: list[Message] = []
+        for message in to_messages(selected, f"policy {self.name}: summary"):
+            prefix = next((p for p in self.summary_prefixes if message.role == "user"
+                           and message.content.startswith(p)), None)
+            out.append(message if prefix is None
+                       else wrap_summary(message.content[len(prefix):].strip()))
+        return tuple(out)
+
     def summarize(self, selected: Sequence[Mapping[str, Any]], prompt: str) -> str:
         """The library's summary of ``selected`` (the messages it chose), written by the shared
         summarizer at the replay's briefing length; the call is billed as ``prompt``, the one
-        user message the library would have sent its model."""
+        user message the library would have sent its model (and a real summarizer is sent
+        exactly that)."""
         window = self.setup.window
-        request = SummaryRequest(messages=to_messages(selected, f"policy {self.name}: summary"),
-                                 tools=(), max_tokens=summary_output_cap(window),
-                                 target_tokens=self.setup.summary_tokens)
+        billed = SummaryRequest(messages=(Message(role="user", content=prompt),), tools=(),
+                                max_tokens=summary_output_cap(window),
+                                target_tokens=self.setup.summary_tokens)
+        offline = getattr(self.setup.summarizer, "name", "") == "extractive"
+        request = attrs.evolve(billed, messages=self.selected_messages(selected)) \
+            if offline else billed
         try:
             text = validate_summary_result(self.setup.summarizer.summarize(request),
                                            session_id=self.setup.session_name)
         except MaintenanceError as exc:
             raise PolicyFailedError(f"policy {self.name}: {exc}") from exc
-        billed = SummaryRequest(messages=(Message(role="user", content=prompt),), tools=(),
-                                max_tokens=summary_output_cap(window))
         self._calls.append(SummaryCall(request=billed, text=text))
         return text
+
+    def count_fallback(self) -> None:
+        """The library installed a summary without calling its model (a fixed fallback)."""
+        self._fallbacks += 1

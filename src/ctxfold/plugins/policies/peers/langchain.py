@@ -21,7 +21,13 @@ billed as the middleware's own default prompt over those messages
 
 **Settings**: the window is the model profile's ``max_input_tokens``; trigger
 ``("fraction", 0.8)`` (the library default is no trigger at all); ``keep`` 20 messages and the
-4,000-token trim at their defaults; the token counter is the replay's estimator.
+4,000-token trim at their defaults; the token counter is the library's default
+(``count_tokens_approximately`` scaled by the last ``usage_metadata``), and every recorded
+AI message carries the usage a provider reports for the request that produced it (with the
+model's provider name in ``response_metadata``), so the middleware's reported-token trigger
+sees the whole request — system prompt and tool schemas included — as in a real agent. A
+summary the middleware installs without calling its model ("Previous conversation was too
+long to summarize.") counts as a summary, unbilled.
 ``ClearToolUsesEdit``'s 100,000-token trigger is scaled by ``window / 200,000`` below a 200K
 window like every peer constant; ``keep=3`` and the ``[cleared]`` placeholder are defaults.
 """
@@ -37,7 +43,12 @@ from langchain.agents.middleware import (
     SummarizationMiddleware,
 )
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, SystemMessage, convert_to_messages
+from langchain_core.messages import (
+    AIMessage,
+    HumanMessage,
+    SystemMessage,
+    convert_to_messages,
+)
 from langchain_core.messages.utils import convert_to_openai_messages
 from langchain_core.outputs import ChatGeneration, ChatResult
 
@@ -47,6 +58,8 @@ from ctxfold.plugins.policies.peers._adapter import PeerPolicy
 
 CLEAR_TOOL_USES_TRIGGER = 100_000  # ClearToolUsesEdit's default trigger (tokens)
 TRIGGER_FRACTION = 0.8
+#: How the middleware opens the message that carries its summary (``_build_new_messages``).
+SUMMARY_PREFIX = "Here is a summary of the conversation to date:"
 
 
 class _Capture(BaseChatModel):
@@ -69,6 +82,7 @@ class LangChainSummarization(PeerPolicy):
 
     name = "langchain-summarization"
     clear_tool_uses = False
+    summary_prefixes = (SUMMARY_PREFIX,)
 
     def __init__(self, setup: PolicyOptions) -> None:
         super().__init__(setup)
@@ -78,17 +92,13 @@ class LangChainSummarization(PeerPolicy):
         self.sent: list[dict[str, Any]] = []
         profile: Any = {"max_input_tokens": setup.window}  # a ModelProfile (a TypedDict)
         self.model = _Capture(sink=self._on_model, profile=profile)
-
-        def counter(messages: Any) -> int:
-            return self.count(convert_to_openai_messages(list(messages)))
-
+        self.provider = self.model._get_ls_params().get("ls_provider")
         self.summarization = SummarizationMiddleware(
-            self.model, trigger=("fraction", TRIGGER_FRACTION), token_counter=counter,
-            summarizer=self._summarize)
+            self.model, trigger=("fraction", TRIGGER_FRACTION), summarizer=self._summarize)
         middleware: list[Any] = [self.summarization]
         if self.clear_tool_uses:
             edit = ClearToolUsesEdit(trigger=scaled(CLEAR_TOOL_USES_TRIGGER, setup.window))
-            middleware.append(ContextEditingMiddleware(edits=[edit], token_counter=counter))
+            middleware.append(ContextEditingMiddleware(edits=[edit]))
         self.middleware = middleware
         self.graph: Any = None
 
@@ -103,16 +113,34 @@ class LangChainSummarization(PeerPolicy):
         if message["role"] == "system" and self.system is None and not self.state:
             self.system = message.get("content") or ""
             return
-        self.pending.extend(convert_to_messages([message]))
+        converted = convert_to_messages([message])
+        usage = self.usage
+        if message["role"] == "assistant" and usage is not None:
+            for ai in converted:
+                if isinstance(ai, AIMessage):
+                    ai.usage_metadata = {
+                        "input_tokens": usage.prompt_tokens,
+                        "output_tokens": usage.completion_tokens,
+                        "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+                    ai.response_metadata = {**ai.response_metadata,
+                                            "model_provider": self.provider}
+            self.usage = None
+        self.pending.extend(converted)
 
     def build(self) -> list[dict[str, Any]]:
         if self.graph is None:
             system = SystemMessage(self.system) if self.system is not None else None
             self.graph = create_agent(self.model, tools=[], middleware=self.middleware,
                                       system_prompt=system)
+        calls = len(self._calls)
+        before = self.state[0].id if self.state else None
         out = self.graph.invoke({"messages": self.state + self.pending})
         self.pending = []
         final = out["messages"]
+        head = final[0] if final else None
+        if (isinstance(head, HumanMessage) and head.id != before and len(self._calls) == calls
+                and str(head.content).startswith(SUMMARY_PREFIX)):
+            self.count_fallback()
         self.state = final[:-1] if final and final[-1].content == "ok" else final
         return self.sent
 

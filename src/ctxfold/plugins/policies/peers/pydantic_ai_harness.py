@@ -19,6 +19,9 @@ a text-only response). The summarizing tier's ``_summarize`` is overridden: the 
 summarizer writes the text from the messages the library selected, and the call is billed as
 the library's own prompt (``format_transcript`` + its summary prompt + the previous summary).
 The file key for de-duplication is the ``path``/``file_path`` argument of read-like tools.
+Each recorded ``ModelResponse`` carries the usage a provider reports for the request that
+produced it (``RequestUsage``), which the library's context estimate anchors on; the previous
+summary goes to the summarizer as a summary to merge, and tool calls are part of what it sees.
 """
 
 from __future__ import annotations
@@ -41,13 +44,17 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.usage import RequestUsage
 from pydantic_ai_harness.compaction import (
     ClearToolResults,
     DeduplicateFileReads,
     SummarizingCompaction,
     TieredCompaction,
 )
-from pydantic_ai_harness.compaction._summarizing_compaction import format_transcript
+from pydantic_ai_harness.compaction._summarizing_compaction import (
+    SUMMARY_PREFIX,
+    format_transcript,
+)
 
 from ctxfold.kernel.kinds import PolicyOptions
 from ctxfold.plugins.policies.peers._adapter import PeerPolicy
@@ -91,8 +98,8 @@ class _Summarizing(SummarizingCompaction):
         if previous_summary is not None:
             prompt += f"\n\n<previous-summary>\n{previous_summary}\n</previous-summary>"
         selected = to_chat(messages)
-        if previous_summary is not None:
-            selected.insert(0, {"role": "user", "content": previous_summary})
+        if previous_summary is not None:  # merged as a previous summary, not a task
+            selected.insert(0, {"role": "user", "content": SUMMARY_PREFIX + previous_summary})
         text: str = self.policy.summarize(selected, prompt)
         return text
 
@@ -103,7 +110,11 @@ def to_chat(messages: Any) -> list[dict[str, Any]]:
     for message in messages:
         if isinstance(message, ModelResponse):
             text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
-            out.append({"role": "assistant", "content": text})
+            calls = [{"id": p.tool_call_id, "type": "function",
+                      "function": {"name": p.tool_name, "arguments": p.args_as_json_str()}}
+                     for p in message.parts if isinstance(p, ToolCallPart)]
+            out.append({"role": "assistant", "content": text, **(
+                {"tool_calls": calls} if calls else {})})
             continue
         for part in message.parts:
             if isinstance(part, ToolReturnPart):
@@ -119,6 +130,7 @@ class PydanticAIHarness(PeerPolicy):
     """``TieredCompaction`` (dedupe, clear tool results, summarize) at 80 % of the window."""
 
     name = "pydantic-ai-harness"
+    summary_prefixes = (SUMMARY_PREFIX,)
 
     def __init__(self, setup: PolicyOptions) -> None:
         super().__init__(setup)
@@ -162,7 +174,12 @@ class PydanticAIHarness(PeerPolicy):
                 self.names[call["id"]] = call["function"]["name"]
                 parts.append(ToolCallPart(call["function"]["name"], call["function"]["arguments"],
                                           call["id"]))
-            self.run_history.append(ModelResponse(parts=parts or [TextPart("")]))
+            usage, self.usage = self.usage, None
+            self.run_history.append(ModelResponse(
+                parts=parts or [TextPart("")],
+                usage=RequestUsage(input_tokens=usage.prompt_tokens,
+                                   output_tokens=usage.completion_tokens)
+                if usage is not None else RequestUsage()))
 
     def build(self) -> list[dict[str, Any]]:
         if not self.run_history or isinstance(self.run_history[-1], ModelResponse):
