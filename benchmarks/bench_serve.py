@@ -197,8 +197,8 @@ async def overhead_loop(emu_url: str, serve_url: str, turns: int, chars: int,
                 seconds = None
                 async for line in response.aiter_lines():
                     if seconds is None and line.startswith("data: {") and (
-                            '"tool_calls"' in line or '"content":"' in line
-                            and '"content":""' not in line):
+                            '"tool_calls"' in line or ('"content":"' in line
+                            and '"content":""' not in line)):
                         seconds = time.perf_counter() - started
                 return seconds if seconds is not None else time.perf_counter() - started, None
 

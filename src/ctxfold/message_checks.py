@@ -50,6 +50,20 @@ def check_message(message: Message, *, where: str = "message") -> Message:
     return message
 
 
+def check_stored(message: Message, *, where: str = "message") -> Message:
+    """The checks of :func:`check_message` a message read back from a store needs before
+    anything uses it (the cheap ones: role, origin, and the JSON of its wire fields — a part
+    that is not JSON would otherwise raise ``JSONDecodeError`` from ``message.text``)."""
+    if message.role not in ("system", "user", "assistant", "tool"):
+        raise MessageError(f"{where}: role {message.role!r} is not system/user/assistant/tool")
+    if message.origin not in ("user", "host"):
+        raise MessageError(f"{where}: origin {message.origin!r} is not user/host")
+    if message.parts or message.responses_items or message.extra \
+            or message.wire_role or message.content_form:
+        _check_wire_fields(message, where)
+    return message
+
+
 def _check_wire_fields(message: Message, where: str) -> None:
     if not isinstance(message.parts, tuple):
         raise MessageError(f"{where}: parts must be a tuple of JSON strings")

@@ -27,6 +27,7 @@ from ctxfold.kernel.config import (
 )
 from ctxfold.kernel.kinds import ProviderOptions
 from ctxfold.serve import ProxyServer, ServeSettings, build_proxy
+from ctxfold.serve.guard import GuardSettings
 from ctxfold.serve.proxy import Proxy
 from ctxfold.transport.provider import serialize_body
 
@@ -135,7 +136,7 @@ def _bounded(request: pytest.FixtureRequest) -> Iterator[None]:
 @contextlib.contextmanager
 def serving(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     """``start(profile, script=..., window=..., faults=..., api_key=..., max_retries=...,
-    **settings)``
+    guard=..., **settings)``
     starts a proxy in front of a fresh emulator; every one started is stopped at the end."""
     running: list[Served] = []
 
@@ -143,6 +144,7 @@ def serving(tmp_path: Path) -> Iterator[Callable[..., Served]]:
               window: int | None = None, faults: Sequence[Fault] = (),
               api_key: str | None = "local-test-key", api_key_env: str = "",
               emulator: Emulator | None = None, max_retries: int = 0,
+              guard: GuardSettings | None = None,
               **settings: Any) -> Served:
         emu = emulator or Emulator(profile, script=script, counter=quarter, faults=faults)
         emu.start()
@@ -157,7 +159,7 @@ def serving(tmp_path: Path) -> Iterator[Callable[..., Served]]:
         bodies: list[bytes] = []
         proxy = build_proxy(config, provider=provider, on_request=bodies.append,
                             settings=ServeSettings(port=0, window=window, **settings))
-        served = Served(emu=emu, server=ProxyServer(proxy).start(), proxy=proxy,
+        served = Served(emu=emu, server=ProxyServer(proxy, guard=guard).start(), proxy=proxy,
                         bodies=bodies, config=config, root=root)
         running.append(served)
         return served

@@ -142,3 +142,65 @@ def test_the_capability_is_offered_only_when_it_has_something_to_offer(serve) ->
     sent = json.loads(served.bodies[-1])
     assert [t["function"]["name"] for t in sent["tools"]] == ["bash", USE_CAPABILITY]
     assert "result_ref=" in sent["messages"][-1]["content"]  # a bounded result to page
+
+
+def test_a_hostile_search_never_stalls_other_sessions_or_healthz(serve) -> None:
+    # The model searches a 200 KB tool result with the pattern (Python's re
+    # backtracked on it for minutes, holding the GIL) and with the slowest pattern found
+    # for RE2 (it runs to the search deadline): meanwhile another session and /healthz
+    # answer at once.
+    import threading
+    import time
+
+    import httpx
+
+    from ctxfold.capabilities.session_search import SEARCH_SECONDS
+
+    def search(query: str) -> ctxfold.ToolCall:
+        args = {"action": "call", "capability_id": "session:search",
+                "arguments": {"query": query, "regex": True}}
+        return ctxfold.ToolCall(id=f"cap_{len(query)}", name=USE_CAPABILITY,
+                                arguments=json.dumps(args))
+
+    hostile = ReplySpec(text="", tool_calls=(search("a{0,2000}a{0,2000}b"),
+                                             search("(?:a{1,10}){1,90}c")))
+    served = serve(script=[hostile, ReplySpec(text="quick one"), ReplySpec(text="searched")])
+    history = [{"role": "user", "content": "read the log"},
+               {"role": "assistant", "content": None, "tool_calls": [{
+                   "id": "c1", "type": "function",
+                   "function": {"name": "bash", "arguments": "{\"command\": \"cat log\"}"}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "a" * 200_000}]
+    out: dict[str, Any] = {}
+
+    def alpha() -> None:
+        started = time.monotonic()
+        out["alpha"] = served.post("/chat/completions", {"model": "m", "messages": history,
+                                                          "tools": [BASH]},
+                                   **{"X-Ctxfold-Session": "alpha"})
+        out["alpha_seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=alpha)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not served.emu.requests:
+        assert time.monotonic() < deadline, "alpha never reached the upstream"
+        time.sleep(0.005)
+    time.sleep(0.3)  # alpha's answer arrived: its search runs now
+    started = time.monotonic()
+    health = httpx.get(served.server.base_url + "/healthz", timeout=10)
+    health_seconds = time.monotonic() - started
+    beta = served.post("/chat/completions", {"model": "m", "messages": [
+        {"role": "user", "content": "be quick"}]}, **{"X-Ctxfold-Session": "beta"})
+    beta_seconds = time.monotonic() - started
+    searching = thread.is_alive()
+    thread.join(30)
+    assert health.status_code == 200 and health_seconds < 0.5, health_seconds
+    assert beta.json()["choices"][0]["message"]["content"] == "quick one"
+    assert beta_seconds < 1.0, beta_seconds
+    assert searching  # beta and /healthz were answered while alpha's search ran
+    assert out["alpha"].json()["choices"][0]["message"]["content"] == "searched"
+    assert out["alpha_seconds"] < SEARCH_SECONDS + 5
+    # The model got a clear error for the first pattern and a (cut) answer for the second.
+    answers = [m.content for m in served.canonical("alpha") if m.name == USE_CAPABILITY]
+    assert answers[0].startswith("error: invalid regex") and "repetition size" in answers[0]
+    assert json.loads(answers[1])["partial"] == ["#2"]  # too slow to finish: named, skipped

@@ -6,14 +6,15 @@ bounded tool results included — through its document (see
 
 * ``terms`` (default): the query split on whitespace; a message matches when it holds
   every term as a substring;
-* ``regex=true``: the query is a Python ``re`` pattern. There is no timeout in ``re``, so
-  patterns that can backtrack without bound are refused (a quantified group holding another
-  variable quantifier or an alternation, back-references, more than :data:`UNBOUNDED_MAX`
-  unbounded quantifiers), and a pattern with unbounded quantifiers is matched line by line
-  over windows of at most :data:`LINE_WINDOWS` characters (fewer for more quantifiers), so
-  one window costs at most tens of milliseconds; a call stops scanning after
-  :data:`SEARCH_SECONDS` and says where to resume (a message it could not finish is listed in
-  ``partial`` and skipped).
+* ``regex=true``: the query is an RE2 pattern (Python ``re`` syntax without look-arounds
+  and back-references), matched by Google's RE2 engine, whose time is linear in the text
+  for any pattern and which releases the GIL while it matches. A pattern that compiles to
+  more than :data:`PROGRAM_MAX` instructions is refused; the text is matched in *windows*
+  (runs of whole lines, a longer line cut) of at most ``WINDOW_WORK // program size``
+  bytes, so one window costs at most tens of milliseconds whatever the pattern, and a match
+  never crosses a window edge. A call stops scanning after :data:`SEARCH_SECONDS` (checked
+  before every window) and says where to resume (a message it could not finish is listed
+  in ``partial`` and skipped).
 
 The answer is one JSON object ``{"hits": [...], "complete", "next"}`` (and ``partial``); a hit
 is ``{"ref": "#N", "id", "role", ("tool_call_id", "result_ref"), "total_bytes", "matches":
@@ -25,23 +26,18 @@ once the oldest message was reached. ``offset`` skips that many matching message
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxfold.capabilities.arguments import int_arg
 from ctxfold.capabilities.bounding import TOOL_CONTENT_BOUND
 from ctxfold.capabilities.session_message import Document, document, ref_of, resolve
 from ctxfold.kernel.errors import ToolResultError
 from ctxfold.kernel.types import Message
-
-#: The ``re`` parser (private, but stable across 3.11+): walked to refuse costly patterns.
-sre_parse: Any = importlib.import_module("re._parser")
-sre_constants: Any = importlib.import_module("re._constants")
 
 CAPABILITY_ID = "session:search"
 QUERY_MAX = 256
@@ -55,14 +51,16 @@ EXCERPT_AFTER = 140
 OUTPUT_BUDGET = TOOL_CONTENT_BOUND - 2048
 #: Characters scanned per call at most; past it the answer says where to resume.
 SCAN_BUDGET = 64 * 1024 * 1024
-#: Window size by number of unbounded quantifiers (0: the whole text at once).
-LINE_WINDOWS = {1: 2048, 2: 256}
-UNBOUNDED_MAX = max(LINE_WINDOWS)
+#: Largest compiled pattern (RE2 instructions): its matching cost per byte is bounded.
+PROGRAM_MAX = 2000
+#: Window bytes × program size per window: at RE2's slowest (measured about 50 ns per
+#: instruction and byte, when its DFA gives up for the NFA) one window takes ≤ 0.1 s.
+WINDOW_WORK = 2_000_000
+WINDOW_MIN = 1024
+#: A call's deadline: no window starts after it (docs/api.md).
 SEARCH_SECONDS = 2.0
 ROLES = ("system", "user", "assistant", "tool")
 _ALLOWED = {"query", "regex", "role", "before", "offset", "limit"}
-_REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT,
-            getattr(sre_constants, "POSSESSIVE_REPEAT", sre_constants.MAX_REPEAT)}
 
 
 def describe() -> dict[str, Any]:
@@ -72,7 +70,8 @@ def describe() -> dict[str, Any]:
         "description": (
             "Search this session's whole history (folded messages and full tool outputs "
             "included), newest first, case-insensitively: by terms (all must occur) or, with "
-            "regex=true, by a Python regular expression. Returns JSON {hits: [{ref, id, role, "
+            "regex=true, by an RE2 regular expression (Python syntax without look-arounds or "
+            "back-references). Returns JSON {hits: [{ref, id, role, "
             "tool_call_id, result_ref, total_bytes, matches: [{at, excerpt}]}], complete, "
             "next}. Read a hit with session:message {ref, offset: at}; pass next's "
             "arguments for more hits."
@@ -94,71 +93,60 @@ def describe() -> dict[str, Any]:
     }
 
 
-def _check_pattern(parsed: Any, in_repeat: bool, unbounded: list[int]) -> None:
-    """Refuse what can backtrack without bound (see the module docstring)."""
-    for op, av in parsed:
-        if op in _REPEATS:
-            low, high, sub = av
-            if high == sre_constants.MAXREPEAT:
-                unbounded[0] += 1
-            if in_repeat and low != high:
-                raise ToolResultError("the pattern nests a variable quantifier inside a "
-                                      "quantified group, which can take forever; simplify it")
-            _check_pattern(sub, in_repeat or low != high, unbounded)
-        elif op is sre_constants.BRANCH:
-            if in_repeat:
-                raise ToolResultError("the pattern repeats an alternation, which can take "
-                                      "forever; use terms or separate searches")
-            for branch in av[1]:
-                _check_pattern(branch, in_repeat, unbounded)
-        elif op is sre_constants.SUBPATTERN:
-            _check_pattern(av[3], in_repeat, unbounded)
-        elif op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
-            _check_pattern(av[1], in_repeat, unbounded)
-        elif op is sre_constants.ATOMIC_GROUP:
-            _check_pattern(av, in_repeat, unbounded)
-        elif op in (sre_constants.GROUPREF, sre_constants.GROUPREF_EXISTS):
-            raise ToolResultError("back-references are not supported in session:search")
+class Regex(NamedTuple):
+    """A compiled ``session:search`` pattern and the window it is matched in (bytes)."""
+
+    pattern: Any  # re2._Regexp, matched over UTF-8 bytes
+    window: int
 
 
-def compile_regex(query: str) -> tuple[re.Pattern[str], int | None]:
-    """The compiled pattern and the window it is matched in (``None``: the whole text)."""
+def compile_regex(query: str) -> Regex:
+    """The pattern compiled by RE2 (case-insensitive), or a :class:`ToolResultError`."""
+    import re2  # the google-re2 binding (docs/dependencies.md)
+
+    options = re2.Options()
+    options.case_sensitive = False
+    options.log_errors = False  # RE2 would print to stderr; the error is the answer
     try:
-        parsed = sre_parse.parse(query, re.IGNORECASE)
-        unbounded = [0]
-        _check_pattern(parsed, False, unbounded)
-        pattern = re.compile(query, re.IGNORECASE)
-    except ToolResultError:
-        raise
-    except (re.error, OverflowError, RecursionError, ValueError, TypeError) as exc:
-        raise ToolResultError(f"invalid regex {query[:80]!r}: {str(exc)[:160]}") from None
-    if unbounded[0] > UNBOUNDED_MAX:
-        raise ToolResultError(f"the pattern has {unbounded[0]} unbounded quantifiers (at "
-                              f"most {UNBOUNDED_MAX}); narrow it or search by terms")
-    return pattern, LINE_WINDOWS.get(unbounded[0])
+        pattern = re2.compile(query, options)
+    except re2.error as exc:
+        detail = str(exc).removeprefix("b'").removesuffix("'")[:160]
+        hint = "; look-arounds and back-references are not supported" if "(?" in query \
+            or "\\" in query else ""
+        raise ToolResultError(f"invalid regex {query[:80]!r}: {detail}{hint}") from None
+    size = pattern.programsize
+    if size > PROGRAM_MAX:
+        raise ToolResultError(f"the pattern compiles to {size} instructions (at most "
+                              f"{PROGRAM_MAX}); use smaller repetition counts or search by "
+                              "terms")
+    return Regex(pattern, max(WINDOW_MIN, WINDOW_WORK // max(size, 1)))
 
 
-def _windows(text: str, width: int) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of each line of ``text``, long lines cut into ``width`` windows."""
-    start, size = 0, len(text)
+def _windows(data: bytes, width: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each window of ``data``: whole lines up to ``width`` bytes, a
+    longer line cut on a UTF-8 character boundary."""
+    start, size = 0, len(data)
     while start < size:
-        newline = text.find("\n", start, start + width)
-        end = newline if newline >= 0 else min(start + width, size)
+        end = min(start + width, size)
+        if end < size:
+            newline = data.rfind(b"\n", start, end)
+            if newline >= 0:
+                end = newline + 1
+            else:
+                while end > start + 1 and data[end] & 0xC0 == 0x80:
+                    end -= 1
         yield start, end
-        start = end + 1 if newline >= 0 else end
+        start = end
 
 
-def _regex_matches(pattern: re.Pattern[str], width: int | None, text: str,
-                   deadline: float) -> list[int] | None:
-    """Start offsets of the first matches; ``None`` when the time ran out first."""
-    if width is None:
-        return [m.start() for m in islice(pattern.finditer(text), MATCHES_PER_HIT)]
+def _regex_matches(regex: Regex, data: bytes, deadline: float) -> list[int] | None:
+    """UTF-8 byte offsets of the first matches; ``None`` when the time ran out first."""
     found: list[int] = []
-    for count, (start, end) in enumerate(_windows(text, width)):
-        if count % 16 == 15 and time.monotonic() > deadline:
+    for start, end in _windows(data, regex.window):
+        if time.monotonic() > deadline:
             return None
         rest = MATCHES_PER_HIT - len(found)
-        found += [m.start() for m in islice(pattern.finditer(text, start, end), rest)]
+        found += [m.start() for m in islice(regex.pattern.finditer(data, start, end), rest)]
         if len(found) >= MATCHES_PER_HIT:
             break
     return found
@@ -224,18 +212,22 @@ def search(messages: Sequence[Message], arguments: Mapping[str, Any]) -> dict[st
     args = _arguments(messages, arguments)
     query: str = args["query"]
     if args["regex"]:
-        pattern, width = compile_regex(query)
+        regex = compile_regex(query)
 
-        def matches(text: str) -> list[int] | None:
-            return _regex_matches(pattern, width, text, deadline)
+        def matches(doc: Document) -> list[int] | None:
+            data = doc.text.encode() if doc.data is None else doc.data
+            found = _regex_matches(regex, data, deadline)
+            if found is None or doc.data is None:
+                return found
+            return [len(data[:at].decode()) for at in found]  # character offsets
     else:
         words = list(dict.fromkeys(query.lower().split()))
         if len(words) > TERMS_MAX:
             raise ToolResultError(f"the query has {len(words)} terms; at most {TERMS_MAX}")
         terms = [re.compile(re.escape(word), re.IGNORECASE) for word in words]
 
-        def matches(text: str) -> list[int] | None:
-            return _term_matches(terms, text)
+        def matches(doc: Document) -> list[int] | None:
+            return _term_matches(terms, doc.text)
 
     hits: list[dict[str, Any]] = []
     partial: list[str] = []
@@ -250,7 +242,7 @@ def search(messages: Sequence[Message], arguments: Mapping[str, Any]) -> dict[st
         if scanned and (scanned + len(doc.text) > SCAN_BUDGET or time.monotonic() > deadline):
             stop = index + 1
             break
-        positions = matches(doc.text)
+        positions = matches(doc)
         if positions is None:  # out of time inside this message
             if scanned:  # resume with this message
                 stop = index + 1

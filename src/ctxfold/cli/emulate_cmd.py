@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
                         help="JSON list of replies ({text, tool_calls, reasoning, finish_reason})")
     parser.add_argument(
         "--fault", metavar="KIND[@N][xCOUNT]", action="append", default=[],
-        help="inject a fault: rate_limit, overloaded, drop, stall, malformed or slow; @N "
+        help="inject a fault: rate_limit, overloaded, drop, stall, malformed, slow or "
+        "error_body; @N "
         "hits request N (0-based; default: the next request), xCOUNT repeats it "
         "(e.g. --fault rate_limit@0 --fault overloaded@3x2); may be repeated",
     )

@@ -71,7 +71,7 @@ def read_canonical(handle: StoreHandle, session_id: str) -> tuple[list[Message],
 def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message]
                ) -> tuple[SidecarState, bool, str, list[str]]:
     """Decode and validate the sidecar without writing; (state, present, error, notices)."""
-    from ctxfold.engine.sidecar import fresh_state, validate_projection
+    from ctxfold.engine.sidecar import fresh_state, reject_lone_surrogates, validate_projection
     from ctxfold.kernel.errors import CtxfoldError, SidecarVersionError
     from ctxfold.kernel.kinds import SIDECAR_FORMAT
 
@@ -81,7 +81,9 @@ def read_state(handle: StoreHandle, session_id: str, canonical: Sequence[Message
             return fresh_state(), False, "", []
         codec = handle.registry.create(SIDECAR_FORMAT, handle.config.store.sidecar_format,
                                        config=handle.config)
-        state = codec.decode(json.loads(raw))
+        data = json.loads(raw)
+        state = codec.decode(data)
+        reject_lone_surrogates(raw, data)
     except SidecarVersionError as exc:
         error = (f"{exc}; opening the session fails and keeps the file until ctxfold is "
                  "upgraded")

@@ -53,6 +53,21 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-rounds", type=int, default=4, metavar="N",
                         help="upstream calls per answer, use_capability rounds included "
                              "(default 4)")
+    parser.add_argument("--allow-host", metavar="NAME", action="append", default=[],
+                        help="a Host name clients may use besides the bound address and "
+                             "loopback names (repeatable; '*' turns the Host check off)")
+    parser.add_argument("--allow-origin", metavar="ORIGIN", action="append", default=[],
+                        help="a web page origin (e.g. http://localhost:3000) allowed to send "
+                             "requests; others carrying an Origin header are refused "
+                             "(repeatable; '*' turns the Origin check off)")
+    parser.add_argument("--max-body-mib", type=int, default=32, metavar="N",
+                        help="largest request body, in MiB (default 32; larger: 413)")
+    parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="time for a request's headers to arrive (default 10)")
+    parser.add_argument("--body-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="time for a request's whole body to arrive, then 408 (default 60)")
+    parser.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="an idle keep-alive connection is closed after (default 5)")
     parser.add_argument("--script", metavar="FILE", default=None,
                         help="replies of the built-in emulator upstream (only with [provider] "
                              "name = \"emulator\", the default): a JSON list as for ctxfold "
@@ -83,6 +98,24 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-rounds must be at least 1, got {args.max_rounds}")
     if not args.key_env:
         raise UsageError("--key-env must name an environment variable")
+    if args.max_body_mib < 1:
+        raise UsageError(f"--max-body-mib must be at least 1, got {args.max_body_mib}")
+    for flag in ("header_timeout", "body_timeout", "idle_timeout"):
+        if not getattr(args, flag) > 0:
+            raise UsageError(f"--{flag.replace('_', '-')} must be more than 0 seconds")
+
+
+def _guard(args: argparse.Namespace) -> Any:
+    """The request checks and limits the flags ask for."""
+    from ctxfold.serve.guard import MIB, GuardSettings
+
+    return GuardSettings(
+        allowed_hosts=tuple(args.allow_host),
+        allowed_origins=tuple(args.allow_origin),
+        max_body=args.max_body_mib * MIB,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        idle_timeout=args.idle_timeout)
 
 
 def _require_extra() -> None:
@@ -148,7 +181,7 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
     proxy = build_proxy(loaded, provider=provider, settings=settings, store_path=args.root)
     logs = _log_to_stderr()
     try:
-        server = ProxyServer(proxy, access_log=True).start()
+        server = ProxyServer(proxy, guard=_guard(args), access_log=True).start()
     except BaseException:
         proxy.close()
         logs()

@@ -13,6 +13,13 @@ Kinds:
 * ``malformed`` — one SSE event whose data is not JSON (a non-JSON body when not streaming),
   after ``after_events`` good events.
 * ``slow`` — wait ``delay`` seconds before the first byte, then answer normally.
+* ``error_body`` — a 200 answer that reports an error: the JSON body is ``{"error": {...}}``,
+  or, streaming, after ``after_events`` good events an error event (chat: a ``data:`` chunk
+  ``{"error": {...}}``; Responses: ``event: error``) ends the stream.
+
+``echo_key=True`` makes the fault's text quote the request's bearer key, as a provider that
+echoes a wrong key does ("Incorrect API key provided: …"): in the error message of
+``rate_limit``, ``overloaded`` and ``error_body``, in the broken data of ``malformed``.
 
 A fault applies to request number ``at`` (0-based, counting every request the emulator
 received) and the ``count - 1`` after it, or — with ``at=None`` — to the next ``count``
@@ -26,8 +33,10 @@ from typing import Literal
 
 import attrs
 
-FaultKind = Literal["rate_limit", "overloaded", "drop", "stall", "malformed", "slow"]
-FAULT_KINDS: tuple[str, ...] = ("rate_limit", "overloaded", "drop", "stall", "malformed", "slow")
+FaultKind = Literal["rate_limit", "overloaded", "drop", "stall", "malformed", "slow",
+                    "error_body"]
+FAULT_KINDS: tuple[str, ...] = ("rate_limit", "overloaded", "drop", "stall", "malformed", "slow",
+                                "error_body")
 
 
 @attrs.frozen
@@ -42,6 +51,7 @@ class Fault:
     stall_cap: float = 30.0
     interval: float = 0.2
     after_events: int = 1
+    echo_key: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:

@@ -135,14 +135,18 @@ class Handler(BaseHTTPRequestHandler):
                 if fault.kind == "drop":
                     self._drop()
                 if fault.kind == "malformed":
-                    self._chunk('data: {"id": "broken", "choices": [{"delta": \n\n')
+                    self._chunk(outcome.injected or 'data: {"id": "broken", "choices": '
+                                '[{"delta": \n\n')
+                if fault.kind == "error_body" and outcome.injected is not None:
+                    self._chunk(outcome.injected)
+                    break
             self._chunk(event)
         self._end_chunked()
 
     def _send_broken_json(self, outcome: Outcome, fault: Fault) -> None:
         data = json.dumps(outcome.json_body, ensure_ascii=False).encode()
         if fault.kind == "malformed":
-            data = data[: max(1, len(data) // 2)]
+            data = (outcome.injected or "").encode() or data[: max(1, len(data) // 2)]
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

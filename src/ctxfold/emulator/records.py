@@ -41,3 +41,6 @@ class Outcome:
     fault: Fault | None = None
     record: RequestRecord | None = None
     stream: bool = False
+    #: What a ``malformed`` or ``error_body`` fault sends: streaming, one raw SSE event
+    #: before event number ``after_events``; else the whole 200 body.
+    injected: str | None = None

@@ -21,6 +21,7 @@ from typing import Any
 
 from ctxfold.emulator import wire_chat, wire_responses
 from ctxfold.emulator.cache import PrefixCache
+from ctxfold.emulator.fault_text import bearer, shaped
 from ctxfold.emulator.faults import Fault, FaultPlan
 from ctxfold.emulator.handler import Handler
 from ctxfold.emulator.profiles import Profile, get_profile
@@ -152,7 +153,8 @@ class Emulator:
     def process(self, path: str, raw: bytes,
                 headers: Mapping[str, str] | None = None) -> Outcome:
         """Answer one request: pick its fault, parse, account, reply. Thread-safe.
-        ``headers`` only reach the request log (masked)."""
+        ``headers`` reach the request log (masked), and the bearer key a fault with
+        ``echo_key`` quotes."""
         with self._lock:
             index = len(self.requests)
             self.requests.append(RequestRecord(index=index, path=path, body={}, status=0))
@@ -161,6 +163,8 @@ class Emulator:
         else:
             fault = self.faults.take(index)
             outcome = self._answer(index, path, raw, fault)
+            if fault is not None:
+                outcome = shaped(outcome, fault, bearer(headers or {}), self.profile.wire)
         if outcome.record is not None:
             with self._lock:
                 self.requests[index] = outcome.record

@@ -10,9 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+import attrs
+
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.kernel.outcome import RESYNC, Maintenance, Outcome
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
+from ctxfold.message_checks import repair_surrogates
+
+
+def _text_repaired(result: SummaryResult) -> SummaryResult:
+    """A summary whose text holds a lone surrogate (a model's escaped emoji split in two)
+    with it repaired: such text cannot be hashed, stored or sent as UTF-8."""
+    if isinstance(result, SummaryResult) and isinstance(result.text, str):
+        text = repair_surrogates(result.text)
+        if text is not result.text:
+            return attrs.evolve(result, text=text)
+    return result
 
 
 def drive(
@@ -54,7 +67,7 @@ async def adrive(
                 continue
             assert isinstance(step, SummaryRequest)
             try:
-                answer = await summarize(step)
+                answer = _text_repaired(await summarize(step))
             except CtxfoldError as exc:
                 error = exc
     except StopIteration as stop:

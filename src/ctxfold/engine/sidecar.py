@@ -24,6 +24,7 @@ from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash, fingerprint
 from ctxfold.kernel.state import SIDECAR_SCHEMA_VERSION, SidecarState
 from ctxfold.kernel.types import Message, utc_now
+from ctxfold.message_checks import SURROGATE_ESCAPE, repair_surrogates
 
 
 def fresh_state() -> SidecarState:
@@ -42,12 +43,18 @@ def load_sidecar(
     a re-normalised or dropped projection is only persisted by the next save.
     """
     data: Any = None
+    raw: bytes | None = None
     try:
         raw = store.read_sidecar(session_id)
         if raw is None:
             return fresh_state(), []
         data = json.loads(raw.decode("utf-8"))
-        state = codec.decode(data)
+        state = codec.decode(data)  # a newer schema raises first: it is never discarded
+        try:
+            reject_lone_surrogates(raw, data)
+        except SidecarError:
+            data = _repaired(data)  # what is salvaged must be valid text too
+            raise
     except SidecarVersionError:
         raise
     except (SidecarError, UnicodeDecodeError, ValueError, RecursionError, TypeError, KeyError,
@@ -56,7 +63,8 @@ def load_sidecar(
         # invalid sidecar, discarded and rebuilt (SPEC §1.11), never a session that won't open.
         reason = f"unreadable or invalid: {exc}"
         store.discard_sidecar(session_id, reason)
-        salvaged = _salvage(codec, data) if isinstance(data, dict) else None
+        salvaged = _salvage(codec, data) if isinstance(data, dict) and not (
+            SURROGATE_ESCAPE.search(raw or b"") and _lone_surrogate(data)) else None
         kept = ("; its readable receipt and telemetry were kept" if salvaged is not None
                 else "")
         return salvaged or fresh_state(), [
@@ -64,6 +72,34 @@ def load_sidecar(
             "the context view was rebuilt from the transcript"
         ]
     return validate_projection(state, canonical, session_id)
+
+
+def reject_lone_surrogates(raw: bytes, data: Any) -> None:
+    """:class:`SidecarError` when the sidecar ``raw`` (decoded: ``data``) holds a lone
+    surrogate: text that cannot be hashed, stored or sent as UTF-8 makes it invalid."""
+    if SURROGATE_ESCAPE.search(raw) and _lone_surrogate(data):
+        raise SidecarError("it holds a lone surrogate (text that is not valid Unicode)")
+
+
+def _lone_surrogate(data: Any) -> bool:
+    """Whether decoded JSON ``data`` holds a string with a lone surrogate (``"\\ud800"``
+    escaped in the file): it cannot be hashed, stored or sent as UTF-8."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, ValueError, RecursionError):
+        return True
+    return False
+
+
+def _repaired(data: Any) -> Any:
+    """``data`` with every string's surrogates repaired (keys too)."""
+    if isinstance(data, str):
+        return repair_surrogates(data)
+    if isinstance(data, list):
+        return [_repaired(v) for v in data]
+    if isinstance(data, dict):
+        return {_repaired(k): _repaired(v) for k, v in data.items()}
+    return data
 
 
 def _salvage(codec: SidecarCodec, data: dict[str, Any]) -> SidecarState | None:

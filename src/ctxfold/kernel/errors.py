@@ -36,11 +36,13 @@
         └── ProviderRequestError    any other 4xx: the provider rejected the request
 
 Every message says what was wrong, where (file, key, session, line) and what to do. No
-message ever contains an API key. A :class:`ProviderError` also carries the HTTP ``status``,
-the provider's ``request_id`` and the start of the response ``body`` (secrets masked).
-"""
+message ever contains an API key: a :class:`ProviderError` masks its message and ``body``
+itself (by value: ``ctxfold.secrets``), whoever raises it; it also carries the HTTP
+``status``, the provider's ``request_id`` and the start of the response ``body``."""
 
 from __future__ import annotations
+
+from ctxfold.secrets import redact_text
 
 
 class CtxfoldError(Exception):
@@ -130,18 +132,17 @@ class ProviderError(CtxfoldError):
 
     ``status`` is the HTTP status (``None`` when no response arrived), ``request_id`` the
     provider's request id header (empty when unknown) and ``body`` the start of the response
-    body with secrets masked (empty when there was none).
-    """
+    body with secrets masked (empty when there was none)."""
 
     retry_after: float | None = None  #: seconds the server asked to wait (Retry-After)
 
     def __init__(
         self, message: str, *, status: int | None = None, request_id: str = "", body: str = ""
     ) -> None:
-        super().__init__(message)
+        super().__init__(redact_text(message))
         self.status = status
         self.request_id = request_id
-        self.body = body
+        self.body = redact_text(body) if body else body
 
 
 class AuthenticationError(ProviderError):

@@ -7,7 +7,8 @@ provider ctxfold's view instead (:mod:`~ctxfold.serve.upstream`), answers the mo
 ``use_capability`` calls itself (:mod:`~ctxfold.serve.exchange`) and streams the answer back
 in the client's wire format (:mod:`~ctxfold.serve.render_chat`,
 :mod:`~ctxfold.serve.render_responses`). Starlette and uvicorn (the ``serve`` extra) are
-imported only by :mod:`~ctxfold.serve.app` and :mod:`~ctxfold.serve.server`.
+imported only by :mod:`~ctxfold.serve.app`, :mod:`~ctxfold.serve.guard` (the checks every
+request passes first) and :mod:`~ctxfold.serve.server`.
 
 ::
 
@@ -24,6 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "GuardSettings",
     "Proxy",
     "ProxyServer",
     "ServeError",
@@ -36,12 +38,14 @@ __all__ = [
 if TYPE_CHECKING:
     from ctxfold.serve.app import create_app
     from ctxfold.serve.errors import ServeError, SessionBusyError
+    from ctxfold.serve.guard import GuardSettings
     from ctxfold.serve.proxy import Proxy, ServeSettings, build_proxy
     from ctxfold.serve.server import ProxyServer
 
 _WHERE = {
     "Proxy": "proxy", "ServeSettings": "proxy", "build_proxy": "proxy", "create_app": "app",
     "ProxyServer": "server", "ServeError": "errors", "SessionBusyError": "errors",
+    "GuardSettings": "guard",
 }
 
 

@@ -19,6 +19,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -29,6 +30,7 @@ from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import Wire, parse_request
 from ctxfold.serve.errors import ServeError, error_answer, error_envelope, error_headers
 from ctxfold.serve.exchange import Exchange
+from ctxfold.serve.guard import Guard, GuardSettings
 from ctxfold.serve.proxy import REQUEST, Proxy
 
 log = logging.getLogger("ctxfold.serve")
@@ -101,8 +103,8 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
     try:
         try:
             body: Any = json.loads(await request.body())
-        except ValueError:
-            raise ServeError("the request body is not JSON") from None
+        except (ValueError, RecursionError):
+            raise ServeError("the request body is not JSON (or nests too deeply)") from None
         client = parse_request(wire, body)
         session_id = proxy.conversation(request.headers, client)
         REQUEST.set((asyncio.get_running_loop(), forwarded))
@@ -139,8 +141,8 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
             await locks.aclose()
 
 
-def create_app(proxy: Proxy) -> Starlette:
-    """The ASGI application of ``proxy``."""
+def create_app(proxy: Proxy, guard: GuardSettings | None = None) -> Starlette:
+    """The ASGI application of ``proxy``, behind its :class:`~ctxfold.serve.guard.Guard`."""
 
     async def chat(request: Request) -> Response:
         return await _answer(proxy, "chat", request)
@@ -172,4 +174,5 @@ def create_app(proxy: Proxy) -> Starlette:
                for prefix in ("/v1", "")]
     routes += [Route("/v1/models", models, methods=["GET"]),
                Route("/healthz", healthz, methods=["GET"])]
-    return Starlette(routes=routes, lifespan=lifespan)
+    checks = Middleware(Guard, settings=guard or GuardSettings(), bound=proxy.settings.host)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[checks])

@@ -88,11 +88,8 @@ class AsyncHttpClient(ClientBase):
                                                                   key, rid)])
         finally:
             await response.aclose()
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise errors.not_json(self.settings.provider, self.url_for(path), raw,
-                                  response.status_code, key, rid) from None
+        data = errors.json_body(self.settings.provider, self.url_for(path), raw,
+                                response.status_code, key, rid)
         return JsonResult(data=data, request_id=rid)
 
     @asynccontextmanager

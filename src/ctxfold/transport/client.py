@@ -102,11 +102,8 @@ class HttpClient(ClientBase):
             raw = b"".join(self._guard(response.iter_bytes(), key, rid))
         finally:
             response.close()
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise errors.not_json(self.settings.provider, self.url_for(path), raw,
-                                  response.status_code, key, rid) from None
+        data = errors.json_body(self.settings.provider, self.url_for(path), raw,
+                                response.status_code, key, rid)
         return JsonResult(data=data, request_id=rid)
 
     @contextmanager

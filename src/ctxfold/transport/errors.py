@@ -109,8 +109,9 @@ def status_error(
     parse_overflow: OverflowParser | None = None,
 ) -> tuple[ProviderError, bool]:
     """``(error, retryable)`` for an HTTP error ``status`` whose body is ``text``."""
-    body = redact_text(text[:ERROR_BODY_KEPT], key)
-    detail = redact_text(error_detail(text), key)
+    text = redact_text(text, key)  # before anything is cut: a key cut in two is no match
+    body = text[:ERROR_BODY_KEPT]
+    detail = error_detail(text)
     where = f"{provider}: POST {redact_text(url)} returned HTTP {status}" + (
         f" (request id {request_id})" if request_id else "")
     tries = f" after {attempts} attempt(s)"
@@ -160,7 +161,7 @@ def error_from_payload(
     (OpenAI ``error`` event, ``response.failed``, MiMo's in-stream ``{"error": ...}``)."""
     text = json.dumps(payload, ensure_ascii=False)
     overflow = (parse_overflow or parse_context_limit)(400, text)
-    body = redact_text(text[:ERROR_BODY_KEPT])
+    body = redact_text(text)[:ERROR_BODY_KEPT]
     if overflow is not None:
         return ContextLimitError(f"{provider}: {where}: {overflow}", window=overflow.window,
                                  prompt=overflow.prompt, completion=overflow.completion,
@@ -168,7 +169,7 @@ def error_from_payload(
     err = payload.get("error", payload) if isinstance(payload, Mapping) else payload
     err = err if isinstance(err, Mapping) else {"message": str(err)}
     code = " ".join(str(err.get(k) or "") for k in ("code", "type")).lower()
-    said = redact_text(str(err.get("message") or code or text)[:300])
+    said = redact_text(str(err.get("message") or code or text))[:300]
     msg = f"{provider}: {where}: {said!r}"
     if "rate" in code or "quota" in code:
         return RateLimitError(msg + "; rate limit reached, wait and retry", status=429, body=body)
@@ -183,11 +184,22 @@ def error_from_payload(
 def not_json(provider: str, url: str, raw: bytes, status: int, key: str | None,
              request_id: str = "") -> ProviderResponseError:
     """The error for a non-streaming answer whose body is not JSON."""
-    start = redact_text(raw[:80].decode("utf-8", "replace"), key)
+    start = redact_text(raw[:ERROR_BODY_KEPT].decode("utf-8", "replace"), key)[:80]
     return ProviderResponseError(
         f"{provider}: {redact_text(url)} returned a body that is not JSON ({len(raw)} bytes, "
         f"starts {start!r}); check [provider] base_url points at the API root",
         status=status, request_id=request_id, body=start)
+
+
+def json_body(provider: str, url: str, raw: bytes, status: int, key: str | None,
+              request_id: str = "") -> Any:
+    """A non-streaming answer's decoded body, or :func:`not_json` (raised with no
+    ``__context__``: the decoder's error holds the whole unmasked body)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        pass
+    raise not_json(provider, url, raw, status, key, request_id)
 
 
 def stream_cut(provider: str, what: str) -> ProviderConnectionError:
@@ -200,7 +212,8 @@ def stream_cut(provider: str, what: str) -> ProviderConnectionError:
 
 def bad_payload(provider: str, where: str, data: str) -> ProviderResponseError:
     """The error for an event or body that cannot be parsed."""
-    excerpt = redact_text(data[:120] + ("…" if len(data) > 120 else ""))
+    masked = redact_text(data[:ERROR_BODY_KEPT])
+    excerpt = masked[:120] + ("…" if len(masked) > 120 else "")
     return ProviderResponseError(
         f"{provider}: could not parse {where}: {excerpt!r}; the endpoint does not speak the "
         f"{provider} protocol — check [provider] name and base_url", body=excerpt
@@ -208,8 +221,10 @@ def bad_payload(provider: str, where: str, data: str) -> ProviderResponseError:
 
 
 def load_json(provider: str, where: str, data: str) -> Any:
-    """``json.loads`` that raises :func:`bad_payload` instead of ValueError."""
+    """``json.loads`` that raises :func:`bad_payload` instead of ValueError (with no
+    ``__context__``: the decoder's error holds the whole unmasked text)."""
     try:
         return json.loads(data)
     except ValueError:
-        raise bad_payload(provider, where, data) from None
+        pass
+    raise bad_payload(provider, where, data)

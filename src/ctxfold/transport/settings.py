@@ -12,7 +12,7 @@ import attrs
 
 from ctxfold.kernel.errors import AuthenticationError, ProviderError, ProviderTimeoutError
 from ctxfold.kernel.types import SseEvent
-from ctxfold.secrets import holds_a_secret_not_a_name, redact_text
+from ctxfold.secrets import holds_a_secret_not_a_name, redact_text, remember_secret
 from ctxfold.transport import errors
 from ctxfold.transport.errors import OverflowParser
 
@@ -148,6 +148,7 @@ class ClientBase:
                 "variable that holds it",
                 status=None,
             )
+        remember_secret(key)  # masked by value in every error and log text from now on
         return key or None
 
     def scrub(self, text: str) -> str:

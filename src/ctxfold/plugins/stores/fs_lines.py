@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ctxfold.kernel.codec import dumps_message, message_from_dict, message_to_dict
-from ctxfold.kernel.errors import StoreError
+from ctxfold.kernel.errors import MessageError, StoreError
 from ctxfold.kernel.types import Message
-from ctxfold.message_checks import SURROGATE_ESCAPE, repaired_message
+from ctxfold.message_checks import SURROGATE_ESCAPE, check_stored, repaired_message
 
 
 def encode_message(message: Message) -> str:
@@ -115,7 +115,10 @@ def _structure(values: list[object], linenos: Sequence[int] | None
         try:
             if type(value) is not dict:
                 raise TypeError(f"expected a JSON object, got {type(value).__name__}")
-            messages.append(message_from_dict(value))
+            messages.append(check_stored(message_from_dict(value)))
+        except MessageError as exc:  # valid JSON, so fatal even when last (below)
+            n = linenos[i] if linenos is not None else i + 1
+            raise _BadLine(n, 0, 0, f"not a transcript message: {exc}", fatal=True) from None
         except Exception as exc:
             from cattrs import transform_error
 

@@ -1,0 +1,43 @@
+"""What a fault says (:mod:`ctxfold.emulator.faults`): the request's key echoed in its text
+(``echo_key``), an error reported inside a 200 answer (``error_body``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import attrs
+
+from ctxfold.emulator.faults import Fault
+from ctxfold.emulator.records import Outcome
+
+
+def bearer(headers: Mapping[str, str]) -> str:
+    """The key of an ``Authorization: Bearer`` header (empty when none)."""
+    value = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+    return value[7:].strip() if value[:7].lower() == "bearer " else ""
+
+
+def shaped(outcome: Outcome, fault: Fault, key: str, wire: str) -> Outcome:
+    """``outcome`` with what its ``fault`` sends on a ``wire`` (``chat`` or ``responses``)."""
+    said = f" (key provided: {key})" if fault.echo_key else ""
+    if fault.kind in ("rate_limit", "overloaded") and said:
+        body = json.loads(json.dumps(outcome.json_body))
+        body["error"]["message"] += said
+        return attrs.evolve(outcome, json_body=body)
+    if outcome.status != 200 or fault.kind not in ("malformed", "error_body"):
+        return outcome
+    if fault.kind == "malformed":
+        if not said:
+            return outcome
+        text = '{"id": "broken' + said + '", "choices": [{"delta": '
+        return attrs.evolve(outcome, injected=f"data: {text}\n\n" if outcome.events
+                            is not None else text)
+    error = {"message": "The server had an error while processing your request" + said,
+             "type": "server_error", "code": "server_error"}
+    if outcome.events is None:
+        return attrs.evolve(outcome, json_body={"error": error}, injected=None)
+    if wire == "responses":
+        event = {"type": "error", "sequence_number": 0, **error}
+        return attrs.evolve(outcome, injected=f"event: error\ndata: {json.dumps(event)}\n\n")
+    return attrs.evolve(outcome, injected=f"data: {json.dumps({'error': error})}\n\n")
