@@ -107,7 +107,9 @@ def test_commands(workdir: Path, capsys: pytest.CaptureFixture[str],
     assert "projection version 0" in status[0]
     assert "[compact: checkpoint installed (version 1, 1 summary calls)" in out
     assert "projection version 1" in status[1]
-    assert "[rewound to 0 messages (dropped 4)]" in out
+    assert ("[rewound to 0 messages (dropped 4); the history as it was is session "
+            "c3-rewound-1]") in out
+    assert len(transcript(workdir, "c3-rewound-1")) == 4
     # The checkpoint covered messages that are gone, so it no longer applies.
     assert "0 messages" in status[2] and "projection version 0" in status[2]
     assert "/compact [FOCUS]" in out
@@ -130,6 +132,18 @@ def test_resume_existing_session(workdir: Path, capsys: pytest.CaptureFixture[st
     assert code == 0 and out.startswith("[session c5: 2 messages, cache warm]")
     assert [m["content"] for m in transcript(workdir, "c5")] == [
         "first", "OK.", "second", "OK."]
+
+
+@pytest.mark.parametrize("argv", [(), ("--system", "be brief")])
+def test_a_chat_where_nothing_was_said_leaves_no_session(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        argv: tuple[str, ...]) -> None:
+    """`ctxfold chat </dev/null` left a 0-byte session that `replay` of the folder rejected."""
+    code, out, _ = chat(capsys, monkeypatch, "", "--session", "quiet", *argv)
+    assert code == 0 and "not kept: nothing was said" in out
+    assert not list((workdir / "sessions").glob("quiet*"))
+    assert chat(capsys, monkeypatch, "/status\n", "--session", "quiet")[0] == 0
+    assert not list((workdir / "sessions").glob("quiet*"))
 
 
 def test_hostile_session_id(workdir: Path, capsys: pytest.CaptureFixture[str],

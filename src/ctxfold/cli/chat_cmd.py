@@ -31,7 +31,7 @@ HELP = """commands:
   TEXT             send TEXT as a user turn
   /compact [FOCUS] install a checkpoint now (optional focus for the summary)
   /status          tokens, trigger, window, projection version, cache state
-  /rewind N        keep only the first N messages of the transcript
+  /rewind N        go back to the first N messages (the history stays as a session of its own)
   /search QUERY    search the whole session history (folded messages too), newest first
   /pin TEXT        pin a standing rule: every checkpoint carries it verbatim
   /help            this help
@@ -126,15 +126,17 @@ class ChatLoop:
                   f"{prepared.tokens} tokens]")
 
     def rewind(self, arg: str) -> None:
-        """``/rewind N``: keep the first N messages."""
+        """``/rewind N``: go back to the first N messages; the history as it was is kept as
+        a session of its own (never deleted)."""
         total = len(self.cm.canonical)
         try:
             upto = int(arg)
         except ValueError:
             self._fail(f"/rewind needs a message count from 0 to {total}, got {arg!r}")
             return
-        self.cm.rewind(upto)
-        self._say(f"[rewound to {upto} messages (dropped {total - upto})]")
+        kept = self.cm.rewind(upto)
+        where = f"; the history as it was is session {kept}" if kept else ""
+        self._say(f"[rewound to {upto} messages (dropped {total - upto}){where}]")
 
     def search(self, query: str) -> None:
         """``/search QUERY``: the model's ``session:search`` (terms, newest first); the
@@ -246,7 +248,14 @@ def run(args: argparse.Namespace) -> int:
                 cm.append(Message(role="system", content=args.system))
             print(f"[new session {session_id}; /help for commands]", flush=True)
         loop = ChatLoop(cm, provider, sys.stdout, sys.stderr)
-        return loop.run(_lines(sys.stdin), prompt=sys.stdin.isatty())
+        started = handle.store.revision(session_id)
+        status = loop.run(_lines(sys.stdin), prompt=sys.stdin.isatty())
+        if not existed and handle.store.revision(session_id) == started:
+            # Nothing was said (or done): leave no empty session behind for `sessions list`
+            # or `replay` of the sessions folder to stumble over.
+            handle.store.delete(session_id)
+            print(f"[session {session_id} not kept: nothing was said]", flush=True)
+        return status
     finally:
         close = getattr(provider, "close", None)
         if callable(close):

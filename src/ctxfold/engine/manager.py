@@ -18,7 +18,7 @@ import attrs
 
 from ctxfold.capabilities.bounding import make_tool_result
 from ctxfold.capabilities.tool import handle_use_capability
-from ctxfold.engine import driving
+from ctxfold.engine import driving, lineage
 from ctxfold.engine import turn as turns
 from ctxfold.engine.counts import PersistedCounts
 from ctxfold.engine.parts import (
@@ -45,7 +45,7 @@ from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
 from ctxfold.kernel.outcome import Latches, MaintenanceContext, Outcome, PrepareAction
-from ctxfold.kernel.state import SidecarState
+from ctxfold.kernel.state import ForkPoint, SidecarState
 from ctxfold.kernel.types import (
     ChatRequest,
     ChatResponse,
@@ -331,20 +331,33 @@ class ContextManager:
         self._committer.record_resume(result.cache_state)
         return result
 
-    def rewind(self, upto: int) -> None:
-        """Truncate the transcript to its first ``upto`` messages (explicit user operation)."""
+    def rewind(self, upto: int) -> str:
+        """Go back to the first ``upto`` messages (explicit user operation). Nothing is
+        deleted: the history as it was, checkpoint included, is first kept as a new session
+        ``<id>-rewound-<k>`` (a fork of this one at ``upto``, reason ``"rewind"``); its id is
+        returned (``""`` when ``upto`` is the current length and nothing was dropped)."""
         with self._lock:
             self._sync()
-            self.store.rewind(self.session_id, upto)
+            kept = lineage.rewind(self.store, self.session_id, upto)
             self._watch.revision = self.store.revision(self.session_id)
             self._take(Transcript(self._canonical[:upto]))
             self._committer.after_rewind(self._canonical)
+            return kept
 
     def fork(self, target_id: str, upto: int | None = None) -> ContextManager:
-        """A new session from a prefix of this one (explicit user operation)."""
+        """A new session from the first ``upto`` messages of this one (default: all;
+        explicit user operation). It starts from this session's checkpoint when that lies
+        within the fork point (validated against the fork's transcript like any other), and
+        records where it came from (:attr:`fork_point`)."""
         self.store.fork(self.session_id, target_id, upto)
         parts = attrs.evolve(self._parts, session_id=target_id)
         return ContextManager(parts, load_session(parts, create=False))
+
+    @property
+    def fork_point(self) -> ForkPoint | None:
+        """Where this session was forked from (parent, fork point, reason); ``None`` when
+        it was created, or its store records no fork points."""
+        return lineage.fork_point(self.store, self.session_id)
 
 
 __all__ = ["ContextManager", "ResumeResult", "UsageObservation"]

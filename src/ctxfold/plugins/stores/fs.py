@@ -7,11 +7,16 @@ Files of session ``<id>`` under the store root (see ``docs/formats.md``):
 * ``<id>.tokens-<estimator key>`` — the token-count cache (``ctxfold.engine.counts``);
 * ``<id>.prefix`` — the vouched-prefix cache (``fs_prefix``: reopening without decoding);
 * ``<id>.lock`` — the inter-process lock taken by every mutating operation;
+* ``<id>.parent.json`` — where a forked session came from (:class:`~ctxfold.ForkPoint`);
 * ``<id>.jsonl.corrupt`` — torn tails recovered from crashed appends (appended, never
   overwritten);
 * ``<id>.context.json.invalid-<UTC timestamp>`` — discarded sidecars, kept for audit;
-* ``.<id>.*.tmp`` — temp files of writes in flight; those a killed writer left are removed,
-  once older than a minute, by the first write to the session in a process.
+* ``.<id>.<kind>.<random>.tmp`` — temp files of writes in flight; those a killed writer left
+  are removed, once older than a minute, by the first write to the session in a process.
+
+No variable part of these names (the token-count key, the timestamp, the random part) holds a
+dot, so every file belongs to exactly one session id: deleting ``a`` never touches a file of
+``a.tokens-x`` (:func:`~ctxfold.plugins.stores.fs_files.side_files_pattern`).
 
 Files are created 0600 and the root 0700. Readers take no lock: an append is one
 ``write`` call under the lock, so a lock-free reader sees complete lines or an unfinished
@@ -27,15 +32,24 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir, sweep_temps
+from ctxfold.atomic import (
+    FILE_MODE,
+    STALE_TEMP_SECONDS,
+    atomic_write,
+    ensure_dir,
+    fsync_dir,
+)
 from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.types import Appended, Message
+from ctxfold.kernel.state import ForkPoint
+from ctxfold.kernel.types import Appended, Message, utc_now
 from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
     append_durably,
     create_empty,
+    decode_fork_point,
+    encode_fork_point,
     projection_within,
     publish_new,
     recover_torn,
@@ -44,6 +58,7 @@ from ctxfold.plugins.stores.fs_files import (
     session_lock,
     side_files_pattern,
     stat_key,
+    sweep_session_temps,
 )
 from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
 from ctxfold.plugins.stores.fs_prefix import PrefixFiles, PrefixMemos
@@ -89,7 +104,7 @@ class FsStore(SidecarFiles, CountFiles, PrefixFiles):
         with session_lock(self.root / f"{session_id}.lock", f"session {session_id!r}",
                           LOCK_TIMEOUT):
             if session_id not in self._swept:  # the first write: temp files of killed ones
-                sweep_temps(self.root, f"{session_id}.")
+                sweep_session_temps(self.root, session_id, STALE_TEMP_SECONDS)
                 self._swept.add(session_id)
             yield
 
@@ -219,26 +234,57 @@ class FsStore(SidecarFiles, CountFiles, PrefixFiles):
     def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None:
         """Create ``target_id`` from the first ``upto`` messages of ``source_id``.
 
-        The lines are copied byte for byte; no sidecar is copied (the new session starts
-        with the plain transcript as its view).
+        The lines are copied byte for byte. The source's sidecar comes along when its
+        projection lies within the copied prefix (``covered_count <= upto``), so a fork of a
+        long session starts from the same checkpoint (the engine validates it against the
+        fork's transcript as it validates its own: the covered-prefix hash); otherwise the
+        fork starts with the plain transcript as its view. ``<target>.parent.json`` records
+        where the fork came from (:meth:`fork_point`).
         """
         target = self.transcript_path(target_id)
         with self._locked(source_id):
             messages, ends, data = self._load_locked(source_id)
             count = len(messages) if upto is None else self._check_upto(source_id, upto, ends)
             prefix = cut_prefix(data, ends, messages, count)
+            sidecar = self._read_sidecar_file(source_id)
+        self._create_copy(source_id, target_id, target, prefix,
+                          sidecar if projection_within(sidecar, count) else None,
+                          ForkPoint(parent=source_id, at=count, reason="fork",
+                                    created_at=utc_now()))
+
+    def _create_copy(self, source_id: str, target_id: str, target: Path, data: bytes,
+                     sidecar: bytes | None, point: ForkPoint) -> None:
+        """Publish the new session ``target_id``: its transcript first (whole or absent),
+        then its sidecar and fork record (a crash in between leaves a session without them,
+        never them without a session)."""
         if target.exists():
             raise SessionError(
                 f"cannot fork {source_id!r}: session {target_id!r} already exists in store "
                 f"{self.root}; choose another id or delete it first"
             )
         try:
-            publish_new(target, prefix)
+            publish_new(target, data)
         except FileExistsError:
             raise SessionError(
                 f"cannot fork {source_id!r}: session {target_id!r} was created concurrently "
                 f"in store {self.root}"
             ) from None
+        if sidecar is not None:
+            atomic_write(self.sidecar_path(target_id), sidecar, mode=FILE_MODE, sweep=False)
+        atomic_write(self._parent_path(target_id), encode_fork_point(point), mode=FILE_MODE,
+                     sweep=False)
+
+    def _parent_path(self, session_id: str) -> Path:
+        return self.root / f"{validate_session_id(session_id)}.parent.json"
+
+    def fork_point(self, session_id: str) -> ForkPoint | None:
+        """Where the session was forked from (``<id>.parent.json``); ``None`` for a session
+        that was created, or whose record is unreadable."""
+        self._stat(session_id)
+        try:
+            return decode_fork_point(self._parent_path(session_id).read_bytes())
+        except OSError:
+            return None
 
     def _check_upto(self, session_id: str, upto: int, ends: list[int]) -> int:
         if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= len(ends):
@@ -248,37 +294,60 @@ class FsStore(SidecarFiles, CountFiles, PrefixFiles):
             )
         return upto
 
-    def rewind(self, session_id: str, upto: int) -> None:
+    def rewind(self, session_id: str, upto: int, *, keep_as: str | None = None) -> None:
         """Keep only the first ``upto`` messages (atomic rewrite of the transcript).
+
+        With ``keep_as``, the whole history as it was (transcript bytes, sidecar) is first
+        published as the new session ``keep_as``, recorded as a fork of this one at ``upto``
+        with reason ``"rewind"`` — under the same lock, so no append slips in between and
+        nothing is ever lost. Nothing is written when ``upto`` is the current length.
 
         The sidecar is kept when its projection still lies inside the kept prefix
         (``projection.covered_count <= upto``, so no paid checkpoint is thrown away);
         otherwise it is discarded (moved aside) and the view falls back to the transcript.
         """
+        if keep_as is not None:
+            keep_path = self.transcript_path(keep_as)
         with self._locked(session_id):
             messages, ends, data = self._load_locked(session_id)
             count = self._check_upto(session_id, upto, ends)
             if count == len(messages):
                 return
+            sidecar = self._read_sidecar_file(session_id)
+            if keep_as is not None:
+                self._create_copy(session_id, keep_as, keep_path, data, sidecar,
+                                  ForkPoint(parent=session_id, at=count, reason="rewind",
+                                            created_at=utc_now()))
             path = self.transcript_path(session_id)
             atomic_write(path, cut_prefix(data, ends, messages, count), mode=FILE_MODE,
                          sweep=False)
             self._cache.put(session_id, stat_key(path.stat()), messages[:count])
-            if not projection_within(self._read_sidecar_file(session_id), count):
+            if not projection_within(sidecar, count):
                 # Expected consequence of the user's rewind, not a repair: log, don't warn.
                 self._discard_locked(session_id, f"rewind to {count} messages", warn=False)
 
+    def session_files(self, session_id: str) -> list[Path]:
+        """Every file of the session, in the order :meth:`delete` removes them: side files
+        (sidecar, discarded sidecars, caches, fork record, temp files), then the transcript,
+        then the lock. Named exactly (:func:`side_files_pattern`): never a neighbour's."""
+        self._stat(session_id)
+        pattern = side_files_pattern(session_id)
+        side = [self.root / name for name in sorted(os.listdir(self.root))
+                if pattern.fullmatch(name)]
+        lock = self.root / f"{session_id}.lock"
+        return [*side, self.transcript_path(session_id), *([lock] if lock.exists() else [])]
+
     def delete(self, session_id: str) -> None:
-        """Remove every file of the session: sidecar (and discarded ones), side files,
-        transcript, lock. Sidecar first, transcript last: a crash midway leaves a session
-        without a sidecar (rebuilt on load), never a sidecar without its session."""
+        """Remove every file of the session (:meth:`session_files`) and nothing else.
+        Sidecar first, transcript last: a crash midway leaves a session without a sidecar
+        (rebuilt on load), never a sidecar without its session."""
         with self._locked(session_id):
-            self._stat(session_id)
-            pattern = side_files_pattern(session_id)
-            for name in sorted(os.listdir(self.root)):
-                if pattern.fullmatch(name):
-                    (self.root / name).unlink(missing_ok=True)
-            self.transcript_path(session_id).unlink()
+            files = self.session_files(session_id)
+            transcript = self.transcript_path(session_id)
+            for path in files:
+                if path != transcript and not path.name.endswith(".lock"):
+                    path.unlink(missing_ok=True)
+            transcript.unlink()
             self._cache.forget(session_id)
             (self.root / f"{session_id}.lock").unlink(missing_ok=True)
         fsync_dir(self.root)
