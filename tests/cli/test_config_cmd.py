@@ -154,7 +154,8 @@ def test_show_names_what_the_provider_declares(project: Path, capsys: pytest.Cap
     assert main(["config", "show"]) == 0
     out = capsys.readouterr().out
     assert 'model = "gpt-5.5"' in out and "context_window = 400000" in out
-    assert out.count("# provider default (responses)") == 5
+    assert out.count("# provider default (responses)") == 6  # the estimator is OpenAI's too
+    assert 'name = "tiktoken"                        # provider default (responses)' in out
     assert main(["config", "show", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)["config"]["provider"]
     assert shown["cache_ttl_minutes"] == {"value": 10, "source": "provider default (responses)"}

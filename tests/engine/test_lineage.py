@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,20 @@ def test_a_long_id_keeps_its_rewound_history_under_a_valid_id(tmp_path: Path) ->
     kept = lineage.rewind(store, long, 0)
     assert kept == "x" * 100 + "-rewound-1" and len(store.load(kept)) == 2
     assert json.loads((tmp_path / f"{kept}.parent.json").read_bytes())["parent"] == long
+
+
+def test_a_script_run_twice_is_told_it_appended_its_system_message_again(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    opening = ({"role": "system", "content": "You are a coding agent."},
+               {"role": "user", "content": "Fix the failing test."})
+    first = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the first run: nothing to say
+        first.append(*opening)
+        first.append({"role": "system", "content": "A new, different instruction."})
+    again = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
+    with pytest.warns(ctxfold.SessionWarning, match=r"appended again \(now message #3\)"):
+        again.append(*opening)
+    assert any("cm.canonical" in n for n in again.notices)
+    assert len(again.canonical) == 5  # still appended: a host may mean it

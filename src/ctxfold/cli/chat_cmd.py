@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ctxfold.cli.common import add_config_flag
-from ctxfold.cli.sessions_cmd import add_root_flag
+from ctxfold.cli.store_access import add_root_flag
 
 if TYPE_CHECKING:
     from ctxfold.engine.manager import ContextManager
@@ -216,7 +216,7 @@ def pending_user_text(cm: Any) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctxfold.cli.sessions_cmd import open_store
+    from ctxfold.cli.store_access import open_store
     from ctxfold.engine.opening import open_session
     from ctxfold.kernel.kinds import PROVIDER
     from ctxfold.kernel.types import Message

@@ -11,21 +11,26 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from ctxfold.capabilities.bounding import make_tool_result
-from ctxfold.capabilities.tool import handle_use_capability
+from ctxfold.capabilities.tool import capability_call, handle_use_capability
 from ctxfold.engine import driving, lineage
 from ctxfold.engine import turn as turns
 from ctxfold.engine.counts import PersistedCounts
+from ctxfold.engine.offer import CapabilityOffer
 from ctxfold.engine.parts import (
     LoadedSession,
     SessionParts,
+    SessionWarning,
     checked_batch,
     load_session,
+    repeated_system,
+    session_settings,
     with_model,
 )
 from ctxfold.engine.pins import new_pin
@@ -35,6 +40,7 @@ from ctxfold.engine.prepared import (
     UsageObservation,
     calibrate,
     resume_label,
+    wire_fields,
 )
 from ctxfold.engine.review import Reviewer
 from ctxfold.engine.summarizing import asummarize
@@ -45,7 +51,7 @@ from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
 from ctxfold.kernel.outcome import Latches, MaintenanceContext, Outcome, PrepareAction
-from ctxfold.kernel.state import ForkPoint, SidecarState
+from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
     ChatRequest,
     ChatResponse,
@@ -73,6 +79,7 @@ class ContextManager:
         self.notices: list[str] = list(loaded.notices)
         self.config: Config = parts.config
         self.tools: tuple[ToolSchema, ...] = parts.tools
+        self._offer = CapabilityOffer(parts.tools)
         self.configured_window = parts.window
         self.learned_window: int | None = None
         self.cache_ttl_minutes = parts.cache_ttl_minutes
@@ -92,6 +99,7 @@ class ContextManager:
         """Work from ``canonical`` (loaded, re-read, or after a rewind)."""
         self._canonical = canonical
         self._call_ids = CallIds(canonical)
+        self._offer.reset()
         self._turn = count_role(canonical, "assistant")  # a turn ends with the answer
         self._views.reset()
         vouch(self.store, self.session_id, canonical, self.state.projection,
@@ -142,14 +150,24 @@ class ContextManager:
         """Provider-visible messages: projection body + canonical tail, else canonical."""
         return visible_view(self.state.projection, self._canonical)
 
+    @property
+    def offers_capability(self) -> bool:
+        """Whether the next request offers ``use_capability`` (:mod:`ctxfold.engine.offer`)."""
+        return self._offer.offers(self.state.projection, self._canonical)
+
+    def request_tools(self) -> tuple[ToolSchema, ...]:
+        """The next request's tools: :attr:`tools`, then ``use_capability`` when offered."""
+        return self._offer.tools_for(self.state.projection, self._canonical)
+
     def view_estimate(self) -> tuple[list[Message], int]:
         """The current view and its admission estimate, in O(new messages) between installs
         with an incremental estimator. The list is shared: do not mutate it."""
-        return self._views.measure(self.state.projection, self._canonical, self.tools)
+        return self._views.measure(self.state.projection, self._canonical, self.request_tools())
 
     def estimate(self, messages: Sequence[Message] | None = None) -> int:
         """Admission estimate of ``messages`` (default: the current view) with the tools."""
-        shape = RequestShape(list(self.view() if messages is None else messages), self.tools)
+        shape = RequestShape(list(self.view() if messages is None else messages),
+                             self.request_tools())
         return self.estimator.estimate(shape)
 
     # -- appending ---------------------------------------------------------------------------
@@ -164,11 +182,15 @@ class ContextManager:
         with self._lock:
             self._sync()
             batch, calls = checked_batch(messages, self._call_ids, where)
+            repeated = repeated_system(self.session_id, self._canonical, batch)
             self._watch.appended(self.store.append(self.session_id, batch))
             self._call_ids.add(calls)
             self._canonical.extend(batch)
             self._committer.transcript_version += 1
             self._turn += sum(1 for m in batch if m.role == "assistant")
+        if repeated:  # allowed, but probably a script run twice: say so
+            self.notices.append(repeated)
+            warnings.warn(repeated, SessionWarning, stacklevel=2)
 
     def pin(self, text: str | None = None, *, message_id: str | None = None,
             reason: str = "") -> Message:
@@ -189,12 +211,17 @@ class ContextManager:
 
     # -- maintenance -------------------------------------------------------------------------
 
-    def _maintenance(self, trigger: Trigger, focus: str | None) -> maintenance.Maintenance:
-        view, tokens = self.view_estimate()
+    def _maintenance(self, trigger: Trigger, focus: str | None,
+                     tools: tuple[ToolSchema, ...]) -> maintenance.Maintenance:
+        settings = session_settings(self.window, self.trigger_tokens, self.config,
+                                    self.estimator)
+        if self.state.settings != settings:  # written with the next install or receipt only
+            self._committer.state = attrs.evolve(self.state, settings=settings)
+        view, tokens = self._views.measure(self.state.projection, self._canonical, tools)
         context = MaintenanceContext(
             session_id=self.session_id, trigger=trigger, focus=focus, window=self.window,
             trigger_tokens=self.trigger_tokens, turn=self._turn, latches=self._latches,
-            tools=self.tools, canonical=self._canonical, estimator=self.estimator,
+            tools=tools, canonical=self._canonical, estimator=self.estimator,
             pruner=self.pruner, committer=self._committer, count=self._count,
             review=Reviewer(self.config.checkpoint, self._count),
         )
@@ -206,13 +233,20 @@ class ContextManager:
         self._sync()
         return self._canonical
 
-    def _apply(self, outcome: Outcome) -> PreparedRequest:
-        """Take over what a maintenance run ended with, then raise its error if any."""
+    def _apply(self, outcome: Outcome, tools: tuple[ToolSchema, ...]) -> PreparedRequest:
+        """Take over what a maintenance run (estimated with ``tools``) ended with, then raise
+        its error if any."""
         self._latches = outcome.latches
         self.summary_calls += outcome.summary_calls
-        prepared = PreparedRequest.of(outcome, self.tools, self.state.projection,
-                                      self.trigger_tokens)
-        self._last_shape = RequestShape(prepared.messages, self.tools)
+        sent = self.request_tools()
+        if sent is not tools:  # the first install offered use_capability: count it too
+            outcome = attrs.evolve(outcome, tokens=self._views.measure(
+                self.state.projection, self._canonical, sent)[1])
+        prepared = PreparedRequest.of(outcome, sent, self.state.projection, self.trigger_tokens,
+                                      **wire_fields(self.config, self.window, outcome.tokens,
+                                                    self._parts.provider_defaults,
+                                                    offers=sent is not self.tools))
+        self._last_shape = RequestShape(prepared.messages, sent)
         self._counts.save()  # caches, so the next open reads neither counts nor covered lines
         vouch(self.store, self.session_id, self._canonical, self.state.projection,
               self._watch.revision)
@@ -228,9 +262,10 @@ class ContextManager:
         """Return the request to send, maintaining the context first if it must (SPEC §3.2)."""
         with self._lock:
             self._sync()
-            outcome = driving.drive(self._maintenance(trigger, focus),
+            tools = self.request_tools()
+            outcome = driving.drive(self._maintenance(trigger, focus, tools),
                                     self.summarizer.summarize, self._reread)
-            return self._apply(outcome)
+            return self._apply(outcome, tools)
 
     def compact(self, focus: str | None = None) -> PreparedRequest:
         """Manual checkpoint (``/compact [focus]``)."""
@@ -244,11 +279,12 @@ class ContextManager:
         async with self._alock:
             with self._lock:
                 self._sync()
-            steps = self._maintenance(trigger, focus)
+                tools = self.request_tools()
+            steps = self._maintenance(trigger, focus, tools)
             outcome = await driving.adrive(
                 steps, lambda request: asummarize(self.summarizer, request), self._reread)
             with self._lock:
-                return self._apply(outcome)
+                return self._apply(outcome, tools)
 
     async def acompact(self, focus: str | None = None) -> PreparedRequest:
         """:meth:`compact` for an event loop."""
@@ -281,6 +317,19 @@ class ContextManager:
         with self._lock:
             self._sync()
             return handle_use_capability(self._canonical, arguments)
+
+    def answer(self, tool_call: Any) -> dict[str, Any] | None:
+        """The tool message answering ``tool_call`` if it calls ``use_capability`` (in the
+        call's chat or Responses form, ready to append), else ``None``: see
+        :func:`~ctxfold.capabilities.tool.capability_call`."""
+        call = capability_call(tool_call)
+        return None if call is None else call.reply(self.use_capability(call.arguments))
+
+    async def aanswer(self, tool_call: Any) -> dict[str, Any] | None:
+        """:meth:`answer` for an event loop (the capability runs in a worker thread)."""
+        call = capability_call(tool_call)
+        return None if call is None else call.reply(
+            await asyncio.to_thread(self.use_capability, call.arguments))
 
     def prune_stale_tool_results(self) -> int:
         return 0  # compatibility no-op: pruning only happens under pressure
@@ -332,10 +381,8 @@ class ContextManager:
         return result
 
     def rewind(self, upto: int) -> str:
-        """Go back to the first ``upto`` messages (explicit user operation). Nothing is
-        deleted: the history as it was, checkpoint included, is first kept as a new session
-        ``<id>-rewound-<k>`` (a fork of this one at ``upto``, reason ``"rewind"``); its id is
-        returned (``""`` when ``upto`` is the current length and nothing was dropped)."""
+        """Go back to the first ``upto`` messages, keeping the history as it was as a new
+        session (:mod:`ctxfold.engine.lineage`); its id, ``""`` when nothing was dropped."""
         with self._lock:
             self._sync()
             kept = lineage.rewind(self.store, self.session_id, upto)
@@ -345,19 +392,16 @@ class ContextManager:
             return kept
 
     def fork(self, target_id: str, upto: int | None = None) -> ContextManager:
-        """A new session from the first ``upto`` messages of this one (default: all;
-        explicit user operation). It starts from this session's checkpoint when that lies
-        within the fork point (validated against the fork's transcript like any other), and
-        records where it came from (:attr:`fork_point`)."""
+        """A new session from the first ``upto`` messages (default: all), with this one's
+        checkpoint when that lies within them (validated like any other)."""
         self.store.fork(self.session_id, target_id, upto)
         parts = attrs.evolve(self._parts, session_id=target_id)
         return ContextManager(parts, load_session(parts, create=False))
 
     @property
-    def fork_point(self) -> ForkPoint | None:
-        """Where this session was forked from (parent, fork point, reason); ``None`` when
-        it was created, or its store records no fork points."""
+    def fork_point(self) -> lineage.ForkPoint | None:
+        """Where this session was forked from; ``None`` when it was created."""
         return lineage.fork_point(self.store, self.session_id)
 
 
-__all__ = ["ContextManager", "ResumeResult", "UsageObservation"]
+__all__ = ["ContextManager", "ResumeResult", "SessionWarning", "UsageObservation"]

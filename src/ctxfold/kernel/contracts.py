@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ctxfold.kernel.sessions import ImportedSession, PolicyRequest
-from ctxfold.kernel.state import ForkPoint, SidecarState
+from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
     Appended,
     ChatRequest,
@@ -168,34 +168,9 @@ class Store(Protocol):
     def discard_sidecar(self, session_id: str, reason: str) -> None: ...
     def last_activity(self, session_id: str) -> float | None: ...
     def list_sessions(self) -> list[str]: ...
-
-    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None:
-        """Create ``target_id`` from the first ``upto`` messages (default: all) of
-        ``source_id``, with the source's sidecar when its projection lies within them
-        (``covered_count <= upto``: the fork starts from the same checkpoint)."""
-        ...
-
-    def rewind(self, session_id: str, upto: int) -> None:
-        """Keep only the first ``upto`` messages; the sidecar stays when its projection lies
-        within them, else it is discarded. The built-in stores also take ``keep_as=ID``:
-        the whole history, sidecar included, is first kept as the new session ``ID`` (a fork
-        recorded with reason ``"rewind"``), under the same lock, so a rewind deletes
-        nothing (``ctxfold.engine.lineage`` uses it)."""
-        ...
-
-    def delete(self, session_id: str) -> None:
-        """Remove every file (row) of the session, and nothing of any other session."""
-        ...
-
-
-@runtime_checkable
-class ForkPoints(Protocol):
-    """The optional store extension that records where a session came from: ``fork`` (and
-    a rewind's ``keep_as``) record a :class:`~ctxfold.ForkPoint` for the new session."""
-
-    def fork_point(self, session_id: str) -> ForkPoint | None:
-        """Where ``session_id`` was forked from; ``None`` for a session that was created."""
-        ...
+    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None: ...
+    def rewind(self, session_id: str, upto: int) -> None: ...
+    def delete(self, session_id: str) -> None: ...
 
 
 @runtime_checkable

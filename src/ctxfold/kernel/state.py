@@ -120,6 +120,18 @@ class TelemetryRecord:
 
 
 @attrs.frozen
+class SessionSettings:
+    """What a session ran with at its last sidecar write (``ctxfold inspect`` shows it)."""
+
+    window: int = 0
+    trigger_tokens: int = 0
+    compact_ratio: float = 0.0
+    model: str = ""
+    provider: str = ""
+    estimator: str = ""
+
+
+@attrs.frozen
 class SidecarState:
     """The content of ``<session>.context.json`` in schema v3 (SPEC §4.2)."""
 
@@ -132,19 +144,7 @@ class SidecarState:
     last_receipt: Receipt | None = None
     telemetry: tuple[TelemetryRecord, ...] = ()
     updated_at: str = ""
-
-
-@attrs.frozen
-class ForkPoint:
-    """Where a session came from: it began as the first ``at`` messages of session
-    ``parent``. ``reason`` is ``"fork"`` (an explicit fork, or a proxy's branch) or
-    ``"rewind"`` (the session keeps the history a rewind of ``parent`` to ``at`` messages
-    set aside). Recorded by the store when it creates the session, never changed after."""
-
-    parent: str
-    at: int
-    reason: str = "fork"
-    created_at: str = ""
+    settings: SessionSettings | None = None
 
 
 def label_cache(

@@ -33,25 +33,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ctxfold.atomic import (
-    FILE_MODE,
     STALE_TEMP_SECONDS,
-    atomic_write,
     ensure_dir,
     fsync_dir,
 )
 from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.state import ForkPoint
-from ctxfold.kernel.types import Appended, Message, utc_now
+from ctxfold.kernel.types import Appended, Message
+from ctxfold.plugins.stores.fs_branches import BranchFiles
 from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
     append_durably,
     create_empty,
-    decode_fork_point,
-    encode_fork_point,
-    projection_within,
-    publish_new,
     recover_torn,
     revision_of,
     session_ids,
@@ -60,7 +54,7 @@ from ctxfold.plugins.stores.fs_files import (
     stat_key,
     sweep_session_temps,
 )
-from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
+from ctxfold.plugins.stores.fs_lines import encode_lines, line_ends, parse_transcript
 from ctxfold.plugins.stores.fs_prefix import PrefixFiles, PrefixMemos
 from ctxfold.plugins.stores.fs_sidecar import CountFiles, SidecarFiles, StoreWarning, store_warning
 from ctxfold.session_id import validate_session_id
@@ -71,7 +65,7 @@ log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 60.0
 
 
-class FsStore(SidecarFiles, CountFiles, PrefixFiles):
+class FsStore(SidecarFiles, CountFiles, PrefixFiles, BranchFiles):
     """Durable transcripts and sidecars in one directory (implements ``Store``).
 
     Parsed transcripts are cached per session, keyed by the file's (inode, size, mtime_ns),
@@ -230,101 +224,6 @@ class FsStore(SidecarFiles, CountFiles, PrefixFiles):
             return self.transcript_path(session_id).stat().st_mtime
         except FileNotFoundError:
             return None
-
-    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None:
-        """Create ``target_id`` from the first ``upto`` messages of ``source_id``.
-
-        The lines are copied byte for byte. The source's sidecar comes along when its
-        projection lies within the copied prefix (``covered_count <= upto``), so a fork of a
-        long session starts from the same checkpoint (the engine validates it against the
-        fork's transcript as it validates its own: the covered-prefix hash); otherwise the
-        fork starts with the plain transcript as its view. ``<target>.parent.json`` records
-        where the fork came from (:meth:`fork_point`).
-        """
-        target = self.transcript_path(target_id)
-        with self._locked(source_id):
-            messages, ends, data = self._load_locked(source_id)
-            count = len(messages) if upto is None else self._check_upto(source_id, upto, ends)
-            prefix = cut_prefix(data, ends, messages, count)
-            sidecar = self._read_sidecar_file(source_id)
-        self._create_copy(source_id, target_id, target, prefix,
-                          sidecar if projection_within(sidecar, count) else None,
-                          ForkPoint(parent=source_id, at=count, reason="fork",
-                                    created_at=utc_now()))
-
-    def _create_copy(self, source_id: str, target_id: str, target: Path, data: bytes,
-                     sidecar: bytes | None, point: ForkPoint) -> None:
-        """Publish the new session ``target_id``: its transcript first (whole or absent),
-        then its sidecar and fork record (a crash in between leaves a session without them,
-        never them without a session)."""
-        if target.exists():
-            raise SessionError(
-                f"cannot fork {source_id!r}: session {target_id!r} already exists in store "
-                f"{self.root}; choose another id or delete it first"
-            )
-        try:
-            publish_new(target, data)
-        except FileExistsError:
-            raise SessionError(
-                f"cannot fork {source_id!r}: session {target_id!r} was created concurrently "
-                f"in store {self.root}"
-            ) from None
-        if sidecar is not None:
-            atomic_write(self.sidecar_path(target_id), sidecar, mode=FILE_MODE, sweep=False)
-        atomic_write(self._parent_path(target_id), encode_fork_point(point), mode=FILE_MODE,
-                     sweep=False)
-
-    def _parent_path(self, session_id: str) -> Path:
-        return self.root / f"{validate_session_id(session_id)}.parent.json"
-
-    def fork_point(self, session_id: str) -> ForkPoint | None:
-        """Where the session was forked from (``<id>.parent.json``); ``None`` for a session
-        that was created, or whose record is unreadable."""
-        self._stat(session_id)
-        try:
-            return decode_fork_point(self._parent_path(session_id).read_bytes())
-        except OSError:
-            return None
-
-    def _check_upto(self, session_id: str, upto: int, ends: list[int]) -> int:
-        if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= len(ends):
-            raise SessionError(
-                f"session {session_id!r} has {len(ends)} messages; upto={upto!r} must be an "
-                f"integer from 0 to {len(ends)}"
-            )
-        return upto
-
-    def rewind(self, session_id: str, upto: int, *, keep_as: str | None = None) -> None:
-        """Keep only the first ``upto`` messages (atomic rewrite of the transcript).
-
-        With ``keep_as``, the whole history as it was (transcript bytes, sidecar) is first
-        published as the new session ``keep_as``, recorded as a fork of this one at ``upto``
-        with reason ``"rewind"`` — under the same lock, so no append slips in between and
-        nothing is ever lost. Nothing is written when ``upto`` is the current length.
-
-        The sidecar is kept when its projection still lies inside the kept prefix
-        (``projection.covered_count <= upto``, so no paid checkpoint is thrown away);
-        otherwise it is discarded (moved aside) and the view falls back to the transcript.
-        """
-        if keep_as is not None:
-            keep_path = self.transcript_path(keep_as)
-        with self._locked(session_id):
-            messages, ends, data = self._load_locked(session_id)
-            count = self._check_upto(session_id, upto, ends)
-            if count == len(messages):
-                return
-            sidecar = self._read_sidecar_file(session_id)
-            if keep_as is not None:
-                self._create_copy(session_id, keep_as, keep_path, data, sidecar,
-                                  ForkPoint(parent=session_id, at=count, reason="rewind",
-                                            created_at=utc_now()))
-            path = self.transcript_path(session_id)
-            atomic_write(path, cut_prefix(data, ends, messages, count), mode=FILE_MODE,
-                         sweep=False)
-            self._cache.put(session_id, stat_key(path.stat()), messages[:count])
-            if not projection_within(sidecar, count):
-                # Expected consequence of the user's rewind, not a repair: log, don't warn.
-                self._discard_locked(session_id, f"rewind to {count} messages", warn=False)
 
     def session_files(self, session_id: str) -> list[Path]:
         """Every file of the session, in the order :meth:`delete` removes them: side files

@@ -22,8 +22,8 @@ from pathlib import Path
 import attrs
 
 from ctxfold.atomic import FILE_MODE, fsync_dir
+from ctxfold.engine.lineage import ForkPoint
 from ctxfold.kernel.errors import SessionError, StoreError
-from ctxfold.kernel.state import ForkPoint
 from ctxfold.kernel.types import Message
 from ctxfold.session_id import validate_session_id
 

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
+from ctxfold.engine.lineage import ForkPoint
 from ctxfold.kernel.errors import SessionError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.state import ForkPoint
 from ctxfold.kernel.types import Appended, Message
 from ctxfold.plugins.stores.fs_files import projection_within
 from ctxfold.plugins.stores.fs_lines import decode_message, encode_message
