@@ -55,9 +55,11 @@ class PolicyRequest:
     ``installed`` is True when the policy changed its projection for this request (summary,
     prune, truncation, masking moved) — the only places where the byte-prefix of the previous
     request may legitimately break. ``prunes`` counts the non-summary changes made.
+    ``tools``: what the request carries when not the session's (ctxfold's ``use_capability``).
     """
 
     messages: tuple[Message, ...]
     summaries: tuple[SummaryCall, ...] = ()
     installed: bool = False
     prunes: int = 0
+    tools: tuple[ToolSchema, ...] | None = None

@@ -4,7 +4,7 @@
 
     {"version": 2, "profile": str, "window": int, "reserve_output": int,
      "summary_tokens": int,
-     "sessions": [{"name", "messages", "requests", "probes",
+     "sessions": [{"name", "source", "messages", "requests", "probes",
                    "references": {"unlimited": {"cost_usd"}},
                    "policies": {POLICY: {<numeric fields>, "failed", "failure",
                                          "cost_breakdown": {...}, "fidelity": {...},
@@ -92,6 +92,7 @@ def report_json(sessions: Sequence[SessionResult], *, profile: str, window: int,
         "sessions": [
             {
                 "name": s.name,
+                "source": s.source,
                 "messages": s.messages,
                 "requests": s.requests,
                 "probes": s.probes,

@@ -116,6 +116,8 @@ class SessionResult:
     unlimited_cost_usd: float
     trigger: int
     probes: int = 0
+    #: The file or folder the session was imported from ("" for a generated one).
+    source: str = ""
 
 
 def totals(sessions: Sequence[SessionResult]) -> dict[str, PolicyResult]:

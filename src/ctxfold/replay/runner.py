@@ -119,7 +119,7 @@ class _Track:
             cost += bill.cost_usd
             summary = [summary[0] + bill.prompt, summary[1] + bill.hit,
                        summary[2] + bill.output]
-        bill = self.biller.bill(req.messages, tools, reply)
+        bill = self.biller.bill(req.messages, tools if req.tools is None else req.tools, reply)
         if bill.prompt > self.budget:
             self._overflow(f"request {number} (before message {index})", bill.prompt)
             return
@@ -207,6 +207,7 @@ def replay_session(
                                                         track.result.records])
         return SessionResult(
             name=session.name,
+            source=str(session.source) if str(session.source) not in ("", ".") else "",
             messages=len(messages),
             requests=sum(1 for m in messages if m.role == "assistant"),
             policies={name: track.result for name, track in tracks.items()},

@@ -108,6 +108,7 @@ class CtxfoldPolicy:
             summaries=calls,
             installed=prepared.projection_version != version,
             prunes=1 if prepared.pruned else 0,
+            tools=prepared.tools,  # use_capability too, once there is something to look up
         )
 
     def canonical(self) -> tuple[Message, ...]:
