@@ -474,8 +474,7 @@ def test_the_headline_compares_ctxfold_with_other_systems_not_its_own_variant() 
     assert "ctxfold-plain" not in cheapest_note(totals(sessions), paired(sessions))
 
 
-def test_json_sessions_say_where_they_came_from(demo_results: list[Any], tmp_path: Path
-                                                ) -> None:
+def test_json_sessions_say_where_they_came_from(tmp_path: Path) -> None:
     path = tmp_path / "one.jsonl"
     path.write_text("\n".join(json.dumps(m) for m in (
         {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"})) + "\n")
