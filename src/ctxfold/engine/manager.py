@@ -245,7 +245,7 @@ class ContextManager:
         prepared = PreparedRequest.of(outcome, sent, self.state.projection, self.trigger_tokens,
                                       **wire_fields(self.config, self.window, outcome.tokens,
                                                     self._parts.provider_defaults,
-                                                    offers=sent is not self.tools))
+                                                    offers=self.offers_capability))
         self._last_shape = RequestShape(prepared.messages, sent)
         self._counts.save()  # caches, so the next open reads neither counts nor covered lines
         vouch(self.store, self.session_id, self._canonical, self.state.projection,
