@@ -117,3 +117,19 @@ def test_every_example_is_explained_in_the_integrations_page() -> None:
     examples = sorted(p.name for p in (REPO / "examples").glob("[!_]*.py"))
     assert len(examples) >= 6
     assert [name for name in examples if f"examples/{name}" not in page] == []
+
+
+def test_the_readme_lists_every_command_and_every_doc() -> None:
+    """README's command table and doc list omitted `serve` (and docs/serve.md)."""
+    from ctxfold.cli.main import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("## Commands"):readme.index("## Documentation")]
+    listed = readme[readme.index("## Documentation"):]
+    choices = next(a for a in build_parser()._actions if a.dest == "command").choices
+    commands = {parser.prog.split()[-1] for parser in choices.values()}  # aliases left out
+    assert sorted(c for c in commands if f"`ctxfold {c}" not in table) == []
+    docs = sorted(p.name for p in (REPO / "docs").glob("*.md") if p.name != "changelog.md")
+    assert [d for d in docs if f"docs/{d}" not in listed] == []
+    page = (REPO / "docs" / "integrations.md").read_text()
+    assert "not yet released" not in page and "ctxfold serve" in page
