@@ -267,3 +267,40 @@ def test_the_default_provider_says_it_is_the_emulator(tmp_path: Path,
     assert out.splitlines()[0].startswith("[model: the loopback emulator ('emulator'), not a "
                                           "real model")
     assert out.splitlines()[1] == "[new session d1; /help for commands]"
+
+
+def test_the_models_use_capability_calls_are_answered_within_the_turn(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a checkpoint the model is offered use_capability; chat answers its calls (it
+    has no other tool) instead of leaving an unanswered call in the transcript."""
+    from ctxfold import Emulator, ReplySpec, ToolCall
+
+    def model(body: dict[str, Any], _profile: Any) -> Any:
+        names = [t["function"]["name"] for t in body.get("tools") or ()]
+        last = body["messages"][-1]
+        if "use_capability" in names and last["role"] == "user" and "again" in last["content"]:
+            return ReplySpec(text="", tool_calls=(ToolCall(
+                id="look1", name="use_capability", arguments=json.dumps(
+                    {"action": "call", "capability_id": "session:search",
+                     "arguments": {"query": "word599"}})),))
+        return ReplySpec(text="OK.")
+
+    with Emulator("deepseek", script=model) as emu:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
+        monkeypatch.setenv(KEY_ENV, "sk-test-not-a-real-key")
+        (tmp_path / "ctxfold.toml").write_text(
+            f'[provider]\nname = "deepseek"\nbase_url = "{emu.base_url}"\n'
+            f'api_key_env = "{KEY_ENV}"\ncontext_window = 4000\n[estimator]\n'
+            'name = "heuristic"\n[summarizer]\nname = "llm"\n[store]\npath = "sessions"\n')
+        code, out, err = chat(capsys, monkeypatch,
+                              f"{LONG}\nsecond {LONG}\n/compact\nagain {LONG[:200]}\n",
+                              "--session", "look")
+    assert (code, err) == (0, "")
+    assert "[the model looked up the session's history: 1 use_capability call(s) answered]" \
+        in out
+    records = transcript(tmp_path, "look")
+    answer = next(r for r in records if r.get("tool_call_id") == "look1")
+    assert json.loads(answer["content"])["hits"]
+    assert records[-1]["role"] == "assistant" and records[-1]["content"] == "OK."

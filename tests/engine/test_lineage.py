@@ -125,7 +125,8 @@ def test_a_script_run_twice_is_told_it_appended_its_system_message_again(
         first.append(*opening)
         first.append({"role": "system", "content": "A new, different instruction."})
     again = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
-    with pytest.warns(ctxfold.SessionWarning, match=r"appended again \(now message #3\)"):
+    with pytest.warns(ctxfold.SessionWarning, match=r"'s': a system message it already holds "
+                                                    r"was appended again"):
         again.append(*opening)
     assert any("cm.canonical" in n for n in again.notices)
     assert len(again.canonical) == 5  # still appended: a host may mean it

@@ -76,6 +76,17 @@ def test_the_summary_request_carries_the_tool_when_the_request_before_it_did(
     assert [t.name for t in cm.summarizer.requests[0].tools] == ["bash", "use_capability"]
 
 
+def test_a_host_that_answers_no_tool_calls_can_keep_the_tool_out(open_session) -> None:
+    cm = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer(),
+                      tools=[BASH], offer_capability=False)
+    seed(cm)
+    rounds(cm, 30, 1_500)
+    prepared = cm.prepare()
+    assert prepared.action.value == "summary" and not prepared.offers_capability
+    assert names(prepared.to_openai()) == ["bash"]
+    assert cm.summarizer.requests[0].tools == (cm.tools[0],)
+
+
 def test_a_host_that_offers_the_tool_itself_gets_it_once(open_session) -> None:
     cm = open_session(tools=[BASH, ctxfold.USE_CAPABILITY_TOOL])
     seed(cm)

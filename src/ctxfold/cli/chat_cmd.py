@@ -38,6 +38,10 @@ HELP = """commands:
   /quit            leave (end of input does the same)"""
 
 
+#: ``use_capability`` rounds one chat turn answers before it shows the model's reply.
+MAX_LOOKUPS = 8
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "chat",
@@ -100,6 +104,14 @@ class ChatLoop:
         if pending_user_text(self.cm) != text:  # a failed turn left it: send it again
             self.cm.append(Message(role="user", content=text))
         response = self.cm.complete(self.provider)
+        for _ in range(MAX_LOOKUPS):  # the model looks up folded history: answer, go on
+            answers = [self.cm.answer(call) for call in response.message.tool_calls]
+            if not answers or None in answers:
+                break
+            self._say(f"[the model looked up the session's history: {len(answers)} "
+                      "use_capability call(s) answered]")
+            self.cm.append(*answers)
+            response = self.cm.complete(self.provider)
         self._say(response.message.content)
         after = self._version()
         checkpoint = ""

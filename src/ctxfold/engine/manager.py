@@ -79,7 +79,7 @@ class ContextManager:
         self.notices: list[str] = list(loaded.notices)
         self.config: Config = parts.config
         self.tools: tuple[ToolSchema, ...] = parts.tools
-        self._offer = CapabilityOffer(parts.tools)
+        self._offer = CapabilityOffer(parts.tools, enabled=parts.offer_capability)
         self.configured_window = parts.window
         self.learned_window: int | None = None
         self.cache_ttl_minutes = parts.cache_ttl_minutes

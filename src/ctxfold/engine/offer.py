@@ -15,13 +15,13 @@ from ctxfold.kernel.types import ToolSchema
 
 class CapabilityOffer:
     """The tools of a session's requests: the host's ``tools``, and ``use_capability`` when
-    there is something to look up (always when the host offers it itself, as the proxy does).
-    A transcript only grows between :meth:`reset` calls, so each tool result is looked at
-    once."""
+    there is something to look up (always when the host offers it itself, as the proxy does;
+    never with ``enabled=False``, a host that answers no tool calls). A transcript only grows
+    between :meth:`reset` calls, so each tool result is looked at once."""
 
-    def __init__(self, tools: tuple[ToolSchema, ...]) -> None:
+    def __init__(self, tools: tuple[ToolSchema, ...], *, enabled: bool = True) -> None:
         self.tools = tools
-        self.offered = with_capability_tool(tools)
+        self.offered = with_capability_tool(tools) if enabled else tools
         self.reset()
 
     def reset(self) -> None:
@@ -31,7 +31,9 @@ class CapabilityOffer:
 
     def offers(self, projection: Projection | None, canonical: Transcript) -> bool:
         """Whether a request with this ``projection`` over ``canonical`` offers the tool."""
-        if self.offered is self.tools or projection is not None or self._bounded:
+        if self.offered is self.tools:  # the host's own (or, disabled, never)
+            return any(t.name == "use_capability" for t in self.tools)
+        if projection is not None or self._bounded:
             return True
         positions = canonical.positions("tool")
         for i in positions[self._scanned:]:

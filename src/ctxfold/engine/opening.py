@@ -34,6 +34,7 @@ def open_session(
     cache_ttl_minutes: int | None = None,
     clock: Callable[[], float] | None = None,
     workspace: str | None = None,
+    offer_capability: bool = True,
 ) -> ContextManager:
     """Open (or create) session ``session_id`` with the strategies named in ``config``.
 
@@ -53,7 +54,8 @@ def open_session(
     passed here). ``tools`` may be :class:`~ctxfold.ToolSchema` objects or OpenAI tool
     dicts. ``window`` and ``cache_ttl_minutes`` override the provider's declared values;
     ``clock`` and ``workspace`` (the first part of the prompt-cache key) are seams for tests
-    and hosts.
+    and hosts. ``offer_capability=False`` keeps ``use_capability`` out of every request, for a
+    host that answers no tool calls (see :attr:`PreparedRequest.offers_capability`).
     """
     notices: tuple[str, ...] = ()
     if config is None:
@@ -66,6 +68,7 @@ def open_session(
         store_path=store_path, store=store, estimator=estimator, pruner=pruner,
         summarizer=summarizer, summarize=summarize, provider=provider, window=window,
         cache_ttl_minutes=cache_ttl_minutes, clock=clock, workspace=workspace,
+        offer_capability=offer_capability,
     )
     cm = ContextManager(built, load_session(built, create=create))
     cm.notices[:0] = notices

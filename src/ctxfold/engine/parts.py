@@ -104,17 +104,17 @@ class SessionWarning(UserWarning):
 
 def repeated_system(session_id: str, canonical: Transcript, batch: Sequence[Message]) -> str:
     """What to tell a host whose ``batch`` holds a system message the transcript already
-    holds — a script run twice resumes its session and opens it again — or ``""``."""
-    new = [(i, m.content) for i, m in enumerate(batch) if m.role == "system"]
+    holds — a script run twice resumes its session and opens it again — or ``""``. The same
+    text each time, so Python's warning filter shows it once per call site."""
+    new = [m.content for m in batch if m.role == "system"]
     if not new or not len(canonical):
         return ""
     held = {m.content for _, m in with_role(canonical, "system")}
-    at = next((len(canonical) + i for i, text in new if text in held), None)
-    if at is None:
+    if not any(text in held for text in new):
         return ""
-    return (f"session {session_id!r}: a system message it already holds was appended again "
-            f"(now message #{at}); a script run twice resumes its session — append the "
-            "opening messages only while `cm.canonical` is empty, or open a new session id")
+    return (f"session {session_id!r}: a system message it already holds was appended again; "
+            "a script run twice resumes its session — append the opening messages only while "
+            "`cm.canonical` is empty, or open a new session id")
 
 
 def session_settings(window: int, trigger_tokens: int, config: Config, estimator: Estimator
@@ -179,6 +179,8 @@ class SessionParts:
     #: What the configured provider declares (its output budget rule and field): the wire
     #: forms of a prepared request follow it.
     provider_defaults: ProviderDefaults = attrs.field(factory=lambda: UNKNOWN_PROVIDER)
+    #: ``False``: requests never offer ``use_capability`` (a host that answers no tool calls).
+    offer_capability: bool = True
 
 
 def build_parts(
@@ -198,6 +200,7 @@ def build_parts(
     cache_ttl_minutes: int | None = None,
     clock: Callable[[], float] | None = None,
     workspace: str | None = None,
+    offer_capability: bool = True,
 ) -> SessionParts:
     """Select every strategy of a session. Explicit parts win over the config's names; a
     passed ``provider`` is the one the ``llm`` summarizer uses and, when the config leaves
@@ -236,6 +239,7 @@ def build_parts(
         clock=clock or time.time,
         workspace=workspace,
         provider_defaults=registry.provider_defaults(resolved),
+        offer_capability=offer_capability,
     )
 
 

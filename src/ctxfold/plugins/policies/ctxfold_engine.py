@@ -78,6 +78,10 @@ class CtxfoldPolicy:
             summarizer=self.recorder,
             window=setup.window,
             workspace="replay",
+            # A recorded session never calls use_capability, and the probes score what the
+            # view holds, not what the model could look up: offering it here would bill its
+            # tokens without its benefit (docs/replay.md).
+            offer_capability=False,
         )
         self._pending: list[Message] = []
 
