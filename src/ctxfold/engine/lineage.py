@@ -47,6 +47,7 @@ class ForkPoints(Protocol):
         """Where ``session_id`` was forked from; ``None`` for a session that was created."""
         ...
 
+
 #: The infix of the sessions that keep a rewind's history: ``<id>-rewound-<k>``.
 REWOUND = "-rewound-"
 #: The longest part of the rewound id the kept session's id repeats (ids are ≤ 128).

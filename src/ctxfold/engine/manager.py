@@ -30,7 +30,6 @@ from ctxfold.engine.parts import (
     checked_batch,
     load_session,
     repeated_system,
-    session_settings,
     with_model,
 )
 from ctxfold.engine.pins import new_pin
@@ -43,6 +42,7 @@ from ctxfold.engine.prepared import (
     wire_fields,
 )
 from ctxfold.engine.review import Reviewer
+from ctxfold.engine.sidecar import session_settings
 from ctxfold.engine.summarizing import asummarize
 from ctxfold.engine.sync import Watch
 from ctxfold.engine.transcript import CallIds, Transcript, count_role, vouch

@@ -42,7 +42,7 @@ from ctxfold.kernel.kinds import (
     SummarizerOptions,
 )
 from ctxfold.kernel.registry import UNKNOWN_PROVIDER, Registry
-from ctxfold.kernel.state import SessionSettings, SidecarState
+from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 from ctxfold.message_checks import check_message
 from ctxfold.session_id import validate_session_id
@@ -115,16 +115,6 @@ def repeated_system(session_id: str, canonical: Transcript, batch: Sequence[Mess
     return (f"session {session_id!r}: a system message it already holds was appended again; "
             "a script run twice resumes its session — append the opening messages only while "
             "`cm.canonical` is empty, or open a new session id")
-
-
-def session_settings(window: int, trigger_tokens: int, config: Config, estimator: Estimator
-                     ) -> SessionSettings:
-    """What a session runs with now, as its sidecar records it."""
-    return SessionSettings(
-        window=window, trigger_tokens=trigger_tokens,
-        compact_ratio=config.agent.compact_ratio, model=config.provider.model,
-        provider=config.provider.name,
-        estimator=str(getattr(estimator, "name", "") or type(estimator).__name__))
 
 
 def with_model(key: str, model: str) -> str:
@@ -311,4 +301,4 @@ def _read_quietly(store: Store, session_id: str) -> bytes | None:
 
 
 __all__ = ["LoadedSession", "SessionParts", "SessionWarning", "build_parts", "load_session",
-           "repeated_system", "session_settings"]
+           "repeated_system"]
