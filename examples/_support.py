@@ -3,10 +3,12 @@ report of what ctxfold did. Nothing here is part of the integration itself.
 
 The model is ctxfold's loopback emulator (``ctxfold.Emulator``): it speaks the real
 DeepSeek and OpenAI Responses wire formats over HTTP, answers from a script (a fixed number
-of tool calls, then a text answer, per user task) and bills each request against an emulated
-prompt cache. It answers ctxfold's summary requests itself, with an extractive summary, so a
-host's summarize callable works against it unchanged. Point the same code at a real
-provider by changing the client's ``base_url`` and key.
+of tool calls, then a text answer, per user task — and, once ctxfold offers its
+``use_capability`` tool, one search of the folded history with it, as a model that misses an
+early detail would) and bills each request against an emulated prompt cache. It answers
+ctxfold's summary requests itself, with an extractive summary, so a host's summarize
+callable works against it unchanged. Point the same code at a real provider by changing the
+client's ``base_url`` and key.
 """
 
 from __future__ import annotations
@@ -40,9 +42,36 @@ def scripted_replies() -> list[ReplySpec]:
     return replies
 
 
+#: What the model looks up once ``use_capability`` is offered (a fact of the first task).
+SEARCH = {"action": "call", "capability_id": "session:search",
+          "arguments": {"query": "cat src/parse.py"}}
+
+
+class ScriptedModel:
+    """The emulated model (``Emulator(script=...)`` calls it for every request but ctxfold's
+    summary requests): :func:`scripted_replies` in order, and the first time a request both
+    offers ``use_capability`` — ctxfold adds it once there is something to look up — and
+    holds a checkpoint summary, one call of it (a search of what was folded) before going
+    on."""
+
+    def __init__(self) -> None:
+        self.replies = scripted_replies()
+        self.searched = False
+
+    def __call__(self, body: dict[str, Any], _profile: Any) -> ReplySpec:
+        names = {t.get("name") or t.get("function", {}).get("name")
+                 for t in body.get("tools") or ()}
+        folded = "<compaction-summary>" in json.dumps(body)
+        if "use_capability" in names and folded and not self.searched:
+            self.searched = True
+            return ReplySpec(text="", tool_calls=(ctxfold.ToolCall(
+                id="call_lookup", name="use_capability", arguments=json.dumps(SEARCH)),))
+        return self.replies.pop(0) if self.replies else ReplySpec()
+
+
 def model(profile: str = "deepseek") -> Emulator:
     """The emulated model: ``with model() as emu: ... emu.base_url``."""
-    return Emulator(profile, script=scripted_replies())
+    return Emulator(profile, script=ScriptedModel())
 
 
 def bash(command: str) -> str:
@@ -88,3 +117,23 @@ def finish(cm: ctxfold.ContextManager, emu: Emulator, *, host_messages: int) -> 
         raise SystemExit("expected at least one checkpoint with this window")
     if len(cm.canonical) != host_messages:
         raise SystemExit("the canonical transcript lost or gained messages")
+    lookups = answered_lookups(cm)
+    print(f"use_capability: {len(lookups)} call(s) by the model, answered from the session: "
+          + "; ".join(lookups))
+    if not lookups:
+        raise SystemExit("the model's use_capability call was not made or not answered")
+
+
+def answered_lookups(cm: ctxfold.ContextManager) -> list[str]:
+    """What each ``use_capability`` call of the model got back (the hits' refs); exit 1 when
+    one is unanswered or answered with an error."""
+    calls = [c.id for m in cm.canonical if m.role == "assistant" for c in m.tool_calls
+             if c.name == "use_capability"]
+    answers = {m.tool_call_id: m.content for m in cm.canonical if m.role == "tool"}
+    found = []
+    for call_id in calls:
+        answer = answers.get(call_id)
+        if answer is None or answer.startswith("error:"):
+            raise SystemExit(f"use_capability call {call_id} was answered with {answer!r}")
+        found.append(", ".join(hit["ref"] for hit in json.loads(answer)["hits"]) or "no hit")
+    return found

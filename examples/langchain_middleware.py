@@ -2,8 +2,10 @@
 
 ``create_agent`` keeps the full conversation in the graph state; the middleware appends the
 messages ctxfold has not seen yet, and sends the model ``cm.prepare()``'s view instead of
-the whole state (``wrap_model_call`` changes the request only, never the state). The agent's
-own model writes the summaries. Run it:
+the whole state (``wrap_model_call`` changes the request only, never the state). ctxfold's
+``use_capability`` is an agent tool like ``bash`` (same schema, answered by
+``cm.use_capability``); the middleware offers it only when ``prepared.offers_capability``.
+The agent's own model writes the summaries. Run it:
 
     pip install "ctxfold[examples]" && python examples/langchain_middleware.py
 """
@@ -19,7 +21,7 @@ from _support import bash as run_bash
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import convert_to_messages, convert_to_openai_messages
-from langchain_core.tools import tool
+from langchain_core.tools import StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai import ChatOpenAI
 
@@ -30,6 +32,15 @@ import ctxfold
 def bash(command: str) -> str:
     """Run a shell command in the repository."""
     return run_bash(command)
+
+
+def capability_tool(cm: ctxfold.ContextManager) -> StructuredTool:
+    """ctxfold's ``use_capability`` as a LangChain tool, with ctxfold's own schema (so the
+    summary requests, which carry it, share the normal requests' cached prefix)."""
+    spec = ctxfold.USE_CAPABILITY_TOOL
+    return StructuredTool.from_function(
+        func=lambda **arguments: cm.use_capability(arguments), name=spec.name,
+        description=spec.description, args_schema=dict(spec.parameters))
 
 
 class CtxfoldMiddleware(AgentMiddleware):
@@ -51,7 +62,10 @@ class CtxfoldMiddleware(AgentMiddleware):
         describe(self.calls, prepared)
         self.calls += 1
         view = prepared.to_openai()["messages"][1:]  # the system prompt stays LangChain's
-        response = handler(request.override(messages=convert_to_messages(view)))
+        # use_capability only when there is something to look up, as to_openai() does.
+        tools = [t for t in request.tools if getattr(t, "name", "") != "use_capability"
+                 or prepared.offers_capability]
+        response = handler(request.override(messages=convert_to_messages(view), tools=tools))
         usage = response.result[-1].response_metadata.get("token_usage")
         if usage:
             self.cm.observe_usage(usage)
@@ -72,7 +86,8 @@ def main() -> None:
         cm = ctxfold.open_session("langchain", store_path=sessions, window=WINDOW,
                                   tools=[convert_to_openai_tool(bash)], summarize=summarize)
         middleware = CtxfoldMiddleware(cm)
-        agent = create_agent(llm, [bash], system_prompt=SYSTEM, middleware=[middleware])
+        agent = create_agent(llm, [bash, capability_tool(cm)], system_prompt=SYSTEM,
+                             middleware=[middleware])
         state: dict[str, Any] = {"messages": []}
         for task in TASKS:
             state = agent.invoke({"messages": [*state["messages"],

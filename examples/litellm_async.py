@@ -1,7 +1,8 @@
 """LiteLLM, asynchronously: ``await cm.aprepare()`` before each ``litellm.acompletion``.
 
 LiteLLM has no agent loop of its own, so the call site is the hook: the host appends what
-it gets back and sends ``to_openai()`` of the prepared request. The summarize callable is a
+it gets back, sends ``to_openai()`` of the prepared request and answers ctxfold's
+``use_capability`` calls with ``await cm.aanswer(call)``. The summarize callable is a
 coroutine over the same ``acompletion``; ctxfold awaits it. Run it:
 
     pip install "ctxfold[examples]" && python examples/litellm_async.py
@@ -66,9 +67,10 @@ async def main() -> None:
                 if not message.tool_calls:
                     print(f"  assistant: {message.content}")
                     break
-                for call in message.tool_calls:
-                    output = bash(**json.loads(call.function.arguments))
-                    add({"role": "tool", "tool_call_id": call.id, "content": output})
+                for call in message.tool_calls:  # use_capability is ctxfold's, bash the host's
+                    add(await cm.aanswer(call) or {
+                        "role": "tool", "tool_call_id": call.id,
+                        "content": bash(**json.loads(call.function.arguments))})
         finish(cm, emu, host_messages=len(history))
 
 

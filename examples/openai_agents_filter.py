@@ -3,7 +3,10 @@
 The SDK calls the filter before every model call with the run's input items (Responses
 format, whichever model class is used); the filter appends the items ctxfold has not seen
 and returns ``cm.aprepare()``'s view as the input. The agent's instructions stay the SDK's.
-Summaries go through the same ``AsyncOpenAI`` client the model uses. Run it:
+ctxfold's ``use_capability`` is a ``FunctionTool`` with ctxfold's schema, answered by
+``cm.use_capability`` and enabled only while ``cm.offers_capability`` (the filter cannot
+change the tools; ``is_enabled`` can). Summaries go through the same ``AsyncOpenAI`` client
+the model uses. Run it:
 
     pip install "ctxfold[examples]" && python examples/openai_agents_filter.py
 """
@@ -18,6 +21,7 @@ from _support import MODEL, SYSTEM, TASKS, WINDOW, describe, finish, model
 from _support import bash as run_bash
 from agents import (
     Agent,
+    FunctionTool,
     OpenAIChatCompletionsModel,
     RunConfig,
     Runner,
@@ -35,6 +39,20 @@ import ctxfold
 def bash(command: str) -> str:
     """Run a shell command in the repository."""
     return run_bash(command)
+
+
+def capability_tool(cm: ctxfold.ContextManager) -> FunctionTool:
+    """ctxfold's ``use_capability`` as an SDK tool: ctxfold's own schema (the summary
+    requests carry it too, so they share the cached prefix), enabled while offered."""
+    spec = ctxfold.USE_CAPABILITY_TOOL
+
+    async def invoke(_context: Any, arguments: str) -> str:
+        return await asyncio.to_thread(cm.use_capability, arguments)
+
+    return FunctionTool(name=spec.name, description=spec.description,
+                        params_json_schema=dict(spec.parameters), on_invoke_tool=invoke,
+                        strict_json_schema=False,
+                        is_enabled=lambda _context, _agent: cm.offers_capability)
 
 
 class CtxfoldFilter:
@@ -73,7 +91,7 @@ async def main() -> None:
         cm = ctxfold.open_session("openai-agents", store_path=sessions, tools=tools,
                                   window=WINDOW, summarize=summarize)
         input_filter = CtxfoldFilter(cm)
-        agent = Agent(name="coder", instructions=SYSTEM, tools=[bash],
+        agent = Agent(name="coder", instructions=SYSTEM, tools=[bash, capability_tool(cm)],
                       model=OpenAIChatCompletionsModel(MODEL, openai_client=client))
         config = RunConfig(call_model_input_filter=input_filter)
         items: list[Any] = []

@@ -1,8 +1,10 @@
 """The OpenAI Python SDK, chat completions: the host owns the loop and its model.
 
 Dicts in, dicts out: every message the agent produces goes to ``cm.append`` as it is (SDK
-objects too), and each request is ``cm.prepare().to_openai()``. Summaries are written by the
-same model through the same client (the ``summarize`` callable). Run it:
+objects too), and each request is ``cm.prepare().to_openai()`` — the host's tools, plus
+``use_capability`` once there is folded history to look up, whose calls ``cm.answer(call)``
+answers. Summaries are written by the same model through the same client (the ``summarize``
+callable). Run it:
 
     pip install "ctxfold[examples]" && python examples/openai_chat.py
 """
@@ -60,9 +62,9 @@ def main() -> None:
                 if not message.tool_calls:
                     print(f"  assistant: {message.content}")
                     break
-                for call in message.tool_calls:
-                    output = bash(**json.loads(call.function.arguments))
-                    add({"role": "tool", "tool_call_id": call.id, "content": output})
+                for call in message.tool_calls:  # use_capability is ctxfold's, bash the host's
+                    add(cm.answer(call) or {"role": "tool", "tool_call_id": call.id,
+                                            "content": bash(**json.loads(call.function.arguments))})
         finish(cm, emu, host_messages=len(history))
         # Folded out of the view, the image is still in the canonical transcript, exactly.
         assert ctxfold.message_to_openai(cm.canonical[1], local_fields=False) == first_user

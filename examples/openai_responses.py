@@ -1,8 +1,10 @@
 """The OpenAI Python SDK, Responses API: output items in, ``input`` items out.
 
 ``cm.append`` takes the response's output items as the SDK returns them and the host's own
-``function_call_output`` items; each request is ``cm.prepare().to_responses()``. The model
-writes the summaries too, through ``client.responses.create``. Run it:
+``function_call_output`` items; each request is ``cm.prepare().to_responses()``, and a
+``function_call`` of ctxfold's ``use_capability`` is answered by ``cm.answer(item)`` (a
+``function_call_output`` item). The model writes the summaries too, through
+``client.responses.create``. Run it:
 
     pip install "ctxfold[examples]" && python examples/openai_responses.py
 """
@@ -57,9 +59,10 @@ def main() -> None:
                 if not calls_made:
                     print(f"  assistant: {reply.output_text}")
                     break
-                for call in calls_made:
-                    add({"type": "function_call_output", "call_id": call.call_id,
-                         "output": bash(**json.loads(call.arguments))})
+                for call in calls_made:  # use_capability is ctxfold's, bash the host's
+                    add(cm.answer(call) or {"type": "function_call_output",
+                                            "call_id": call.call_id,
+                                            "output": bash(**json.loads(call.arguments))})
         finish(cm, emu, host_messages=len(history))
         # Folded out of the view, the image is still in the canonical transcript, exactly.
         assert ctxfold.message_to_openai(cm.canonical[1], local_fields=False)["content"][1] \

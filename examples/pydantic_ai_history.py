@@ -5,9 +5,12 @@ result back into the run's history, so the next step would start from the folded
 capability's ``before_model_request`` changes only what goes on the wire ("request-only
 messages"), which is what ctxfold needs: the agent's history stays whole, ctxfold mirrors
 it and sends the model the view. The agent's
-own model writes the summaries (``pydantic_ai.direct.model_request``). pydantic-ai has no
-public converter to OpenAI chat dicts, so the two small functions below map the parts this
-agent uses. Run it:
+own model writes the summaries (``pydantic_ai.direct.model_request``). ctxfold's
+``use_capability`` is an agent tool (ctxfold's schema, answered by ``cm.use_capability``)
+offered from the start: pydantic-ai records a tool that appears mid-run as a history part
+of its own (``ToolAvailabilityDeltaPart``), so the tool list is kept fixed and the session is
+told the host offers the tool itself. pydantic-ai has no public converter to OpenAI chat
+dicts, so the two small functions below map the parts this agent uses. Run it:
 
     pip install "ctxfold[examples]" && python examples/pydantic_ai_history.py
 """
@@ -20,7 +23,7 @@ from typing import Any
 
 from _support import BASH_TOOL, MODEL, SYSTEM, TASKS, WINDOW, describe, finish, model
 from _support import bash as run_bash
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.direct import model_request
 from pydantic_ai.messages import (
@@ -98,7 +101,6 @@ class Ctxfold(AbstractCapability[None]):
 
     async def before_model_request(self, ctx: RunContext[None],
                                     request_context: ModelRequestContext) -> ModelRequestContext:
-        self.parameters = request_context.model_request_parameters
         chat = to_chat(list(request_context.messages))
         self.cm.append(*chat[self.seen:])
         self.seen = len(chat)
@@ -106,6 +108,7 @@ class Ctxfold(AbstractCapability[None]):
         describe(self.calls, prepared)
         self.calls += 1
         request_context.messages = from_chat(prepared.to_openai()["messages"])
+        self.parameters = request_context.model_request_parameters
         return request_context
 
 
@@ -122,10 +125,17 @@ def main() -> None:
                 model_request_parameters=capability.parameters)
             return "".join(p.content for p in reply.parts if isinstance(p, TextPart))
 
-        cm = ctxfold.open_session("pydantic-ai", store_path=sessions, tools=[BASH_TOOL],
+        # The host offers use_capability itself (always), so ctxfold does not add it again.
+        cm = ctxfold.open_session("pydantic-ai", store_path=sessions,
+                                  tools=[BASH_TOOL, ctxfold.USE_CAPABILITY_TOOL],
                                   window=WINDOW, summarize=summarize)
         capability = Ctxfold(cm)
-        agent = Agent(chat_model, system_prompt=SYSTEM, capabilities=[capability])
+        spec = ctxfold.USE_CAPABILITY_TOOL  # ctxfold's tool, with ctxfold's schema
+        lookup = Tool.from_schema(lambda **arguments: cm.use_capability(arguments),
+                                  name=spec.name, description=spec.description,
+                                  json_schema=dict(spec.parameters))
+        agent = Agent(chat_model, system_prompt=SYSTEM, capabilities=[capability],
+                      tools=[lookup])
 
         @agent.tool_plain
         def bash(command: str) -> str:

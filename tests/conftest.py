@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,11 @@ from ctxfold.kernel.config import (
 from ctxfold.kernel.types import SummaryRequest, SummaryResult
 
 pytest_plugins = ["ctxfold.testing", "tests.postgres"]
+
+# open_session() and create_provider() without config= read the user file as the CLI does:
+# point it at an empty directory so a developer's own ~/.config/ctxfold never leaks in (tests
+# that need a user file set CTXFOLD_CONFIG_HOME themselves).
+os.environ["CTXFOLD_CONFIG_HOME"] = tempfile.mkdtemp(prefix="ctxfold-test-home-")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = REPO_ROOT.parent / "shared" / "data" / "transcripts"

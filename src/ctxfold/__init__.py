@@ -38,6 +38,7 @@ _CONTRACTS = (
 _EXPORTS = {
     **dict.fromkeys(_ERRORS, "ctxfold.kernel.errors"),
     "ContextManager": "ctxfold.engine.manager",
+    "SessionWarning": "ctxfold.engine.parts",
     "open_session": "ctxfold.engine.opening",
     "create_provider": "ctxfold.engine.opening",
     "ResumeResult": "ctxfold.engine.prepared",
@@ -70,6 +71,8 @@ _EXPORTS = {
     "Receipt": "ctxfold.kernel.state",
     "CacheState": "ctxfold.kernel.state",
     "SidecarState": "ctxfold.kernel.state",
+    "ForkPoint": "ctxfold.engine.lineage",
+    "ForkPoints": "ctxfold.engine.lineage",
     "RequestShape": "ctxfold.kernel.types",
     "TextStats": "ctxfold.kernel.types",
     "SseEvent": "ctxfold.kernel.types",
@@ -104,8 +107,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxfold.emulator.script import ReplySpec
     from ctxfold.emulator.server import Emulator
     from ctxfold.engine.counts import CountStore
+    from ctxfold.engine.lineage import ForkPoint, ForkPoints
     from ctxfold.engine.manager import ContextManager
     from ctxfold.engine.opening import create_provider, open_session
+    from ctxfold.engine.parts import SessionWarning
     from ctxfold.engine.prepared import (
         PreparedRequest,
         ResumeResult,

@@ -59,12 +59,16 @@ def validate_session_id(session_id: str) -> str:
     return session_id
 
 
-_COUNT_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_COUNT_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
 def validate_count_key(key: str) -> str:
     """Return ``key`` unchanged if it may name a token-count record (a file or a row:
-    ``[A-Za-z0-9._-]``, 1-100 characters), else raise :class:`StoreError`."""
+    ``[A-Za-z0-9_-]``, 1-100 characters), else raise :class:`StoreError`. No dot: the ``fs``
+    store names the record ``<id>.tokens-<key>``, and a dot would let that name end like a
+    file of another session (``<id>.tokens-x`` + ``.jsonl`` is session ``<id>.tokens-x``'s
+    transcript)."""
     if not isinstance(key, str) or not _COUNT_KEY.fullmatch(key):
-        raise StoreError(f"invalid token-count key {str(key)[:40]!r}: [A-Za-z0-9._-], 1-100")
+        raise StoreError(f"invalid token-count key {str(key)[:40]!r}: [A-Za-z0-9_-] (no "
+                         "dot), 1-100 characters")
     return key

@@ -107,7 +107,9 @@ def test_commands(workdir: Path, capsys: pytest.CaptureFixture[str],
     assert "projection version 0" in status[0]
     assert "[compact: checkpoint installed (version 1, 1 summary calls)" in out
     assert "projection version 1" in status[1]
-    assert "[rewound to 0 messages (dropped 4)]" in out
+    assert ("[rewound to 0 messages (dropped 4); the history as it was is session "
+            "c3-rewound-1]") in out
+    assert len(transcript(workdir, "c3-rewound-1")) == 4
     # The checkpoint covered messages that are gone, so it no longer applies.
     assert "0 messages" in status[2] and "projection version 0" in status[2]
     assert "/compact [FOCUS]" in out
@@ -130,6 +132,18 @@ def test_resume_existing_session(workdir: Path, capsys: pytest.CaptureFixture[st
     assert code == 0 and out.startswith("[session c5: 2 messages, cache warm]")
     assert [m["content"] for m in transcript(workdir, "c5")] == [
         "first", "OK.", "second", "OK."]
+
+
+@pytest.mark.parametrize("argv", [(), ("--system", "be brief")])
+def test_a_chat_where_nothing_was_said_leaves_no_session(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        argv: tuple[str, ...]) -> None:
+    """`ctxfold chat </dev/null` left a 0-byte session that `replay` of the folder rejected."""
+    code, out, _ = chat(capsys, monkeypatch, "", "--session", "quiet", *argv)
+    assert code == 0 and "not kept: nothing was said" in out
+    assert not list((workdir / "sessions").glob("quiet*"))
+    assert chat(capsys, monkeypatch, "/status\n", "--session", "quiet")[0] == 0
+    assert not list((workdir / "sessions").glob("quiet*"))
 
 
 def test_hostile_session_id(workdir: Path, capsys: pytest.CaptureFixture[str],
@@ -208,7 +222,9 @@ def test_pin_puts_a_rule_in_every_checkpoint_and_inspect_shows_it(
     rule = "Never print the API key."
     script = (f"start {LONG}\n/pin {rule}\n/pin\nsecond {LONG}\n/compact\n"
               f"third {LONG}\n/compact\n/quit\n")
-    code, out, err = chat(capsys, monkeypatch, script, "--session", "p1")
+    # 5,000 tokens: at 4,000 the use_capability tool a checkpoint offers (~220 heuristic
+    # tokens) leaves the second fold nothing to gain.
+    code, out, err = chat(capsys, monkeypatch, script, "--session", "p1", "--window", "5000")
     assert code == 1 and "/pin needs the rule text" in err  # the bare /pin
     assert "[pinned as #2: every checkpoint carries it verbatim after the task]" in out
     assert out.count("[compact: checkpoint installed") == 2
@@ -251,3 +267,40 @@ def test_the_default_provider_says_it_is_the_emulator(tmp_path: Path,
     assert out.splitlines()[0].startswith("[model: the loopback emulator ('emulator'), not a "
                                           "real model")
     assert out.splitlines()[1] == "[new session d1; /help for commands]"
+
+
+def test_the_models_use_capability_calls_are_answered_within_the_turn(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a checkpoint the model is offered use_capability; chat answers its calls (it
+    has no other tool) instead of leaving an unanswered call in the transcript."""
+    from ctxfold import Emulator, ReplySpec, ToolCall
+
+    def model(body: dict[str, Any], _profile: Any) -> Any:
+        names = [t["function"]["name"] for t in body.get("tools") or ()]
+        last = body["messages"][-1]
+        if "use_capability" in names and last["role"] == "user" and "again" in last["content"]:
+            return ReplySpec(text="", tool_calls=(ToolCall(
+                id="look1", name="use_capability", arguments=json.dumps(
+                    {"action": "call", "capability_id": "session:search",
+                     "arguments": {"query": "word599"}})),))
+        return ReplySpec(text="OK.")
+
+    with Emulator("deepseek", script=model) as emu:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
+        monkeypatch.setenv(KEY_ENV, "sk-test-not-a-real-key")
+        (tmp_path / "ctxfold.toml").write_text(
+            f'[provider]\nname = "deepseek"\nbase_url = "{emu.base_url}"\n'
+            f'api_key_env = "{KEY_ENV}"\ncontext_window = 4000\n[estimator]\n'
+            'name = "heuristic"\n[summarizer]\nname = "llm"\n[store]\npath = "sessions"\n')
+        code, out, err = chat(capsys, monkeypatch,
+                              f"{LONG}\nsecond {LONG}\n/compact\nagain {LONG[:200]}\n",
+                              "--session", "look")
+    assert (code, err) == (0, "")
+    assert "[the model looked up the session's history: 1 use_capability call(s) answered]" \
+        in out
+    records = transcript(tmp_path, "look")
+    answer = next(r for r in records if r.get("tool_call_id") == "look1")
+    assert json.loads(answer["content"])["hits"]
+    assert records[-1]["role"] == "assistant" and records[-1]["content"] == "OK."

@@ -154,7 +154,8 @@ def test_show_names_what_the_provider_declares(project: Path, capsys: pytest.Cap
     assert main(["config", "show"]) == 0
     out = capsys.readouterr().out
     assert 'model = "gpt-5.5"' in out and "context_window = 400000" in out
-    assert out.count("# provider default (responses)") == 5
+    assert out.count("# provider default (responses)") == 6  # the estimator is OpenAI's too
+    assert 'name = "tiktoken"                        # provider default (responses)' in out
     assert main(["config", "show", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)["config"]["provider"]
     assert shown["cache_ttl_minutes"] == {"value": 10, "source": "provider default (responses)"}
@@ -175,3 +176,15 @@ def test_plugins_says_which_strategies_need_an_extra(capsys, monkeypatch) -> Non
     assert rows["ctxfold"]["unavailable"] is None
     assert main(["plugins"]) == 0
     assert "[unavailable: policy 'langchain-summarization' needs" in capsys.readouterr().out
+
+
+def test_show_reports_an_unknown_provider_once_and_exits_1(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It printed six problems (one per kind whose default went missing) and exited 0."""
+    (project / "ctxfold.toml").write_text('[provider]\nname = "nope"\n')
+    assert main(["config", "show"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("ctxfold: error:") == 1 and "configuration problems" not in (
+        captured.err)
+    assert "provider.name = 'nope' is not a registered provider" in captured.err
+    assert '[estimator]\nname = "deepseek"' in captured.out  # the rest still resolved

@@ -63,8 +63,8 @@ def test_json_report(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "inspect", "s", "--json")
     assert (code, err) == (0, "")
     report = json.loads(out)
-    assert set(report) == {"session", "root", "messages", "projection", "view", "receipt",
-                           "cache", "telemetry", "rules", "sidecar", "notices"}
+    assert set(report) == {"session", "root", "messages", "projection", "view", "settings",
+                           "receipt", "cache", "telemetry", "rules", "sidecar", "notices"}
     assert report["session"] == "s" and report["messages"] == 14
     p = report["projection"]
     assert p["version"] == 1 and 0 < p["covered_count"] <= 14 and p["body_messages"] >= 2
@@ -194,3 +194,23 @@ def test_rules_show_pins_the_last_fold_check_and_the_facts_kept(
     assert "last fold check: probes " in text and "facts kept verbatim in the summary" in text
     code, view, _ = run(capsys, "inspect", "r", "--view")
     assert "user (standing rules):" in view
+
+
+def test_inspect_shows_what_the_session_ran_with_not_todays_config(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A session run at a 4,000 window was reported with the config's 1M window."""
+    (root.parent / "ctxfold.toml").write_text(CONFIG.replace("4000", "1048576").replace(
+        '"heuristic"', '"deepseek"'))
+    code, out, _ = run(capsys, "inspect", "s", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["settings"]["from"] == "session"
+    assert (report["view"]["window"], report["view"]["trigger"]) == (4000, 3200)
+    assert report["view"]["estimator"] == "heuristic" == report["settings"]["estimator"]
+    assert report["settings"]["model"] == "deepseek-flash"
+    _, text, _ = run(capsys, "inspect", "s")
+    assert "ran with: window 4000, trigger 3200" in text and "recorded by the session" in text
+    _, out, _ = run(capsys, "inspect", "s", "--json", "--window", "8000")
+    assert json.loads(out)["view"]["window"] == 8000  # an explicit flag still wins
+    (root / "s.context.json").unlink()  # no record: the config's values, said so
+    _, text, _ = run(capsys, "inspect", "s")
+    assert "window 1048576" in text and "the session recorded none yet" in text

@@ -76,3 +76,20 @@ def test_config_after_a_nested_action_wins_over_the_one_before(tmp_path: Path, m
     assert main(["--config", "a.toml", "config", "show", "--json", "--config", "b.toml"]) == 0
     out = capsys.readouterr().out
     assert '"responses"' in out and '"mimo"' not in out
+
+
+@pytest.mark.parametrize(("argv", "usage", "says"), [
+    (["--bogus"], "usage: ctxfold [-h]", "unrecognized arguments: --bogus"),
+    (["sessions", "list", "--bogus"], "usage: ctxfold sessions list",
+     "ctxfold sessions list: error: unrecognized arguments: --bogus"),
+    (["inspect", "s", "--nope", "x"], "usage: ctxfold inspect",
+     "ctxfold inspect: error: unrecognized arguments: --nope x"),
+    ([], "usage: ctxfold [-h]", "a command is required"),
+])
+def test_an_unknown_option_is_named_by_the_command_that_got_it(
+        argv: list[str], usage: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ctxfold --bogus` said a command was required, and subcommands printed the top-level
+    usage for an option they did not know."""
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and says in err

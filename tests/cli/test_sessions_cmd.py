@@ -68,8 +68,23 @@ def test_list_json_and_text(root: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert all(r["last_activity"].endswith("Z") for r in rows)
     code, out, _ = run(capsys, "sessions", "list", "--root", str(root))
     assert code == 0
-    assert out.splitlines()[0].split() == ["ID", "MESSAGES", "LAST", "ACTIVITY", "VERSION"]
+    assert out.splitlines()[0].split() == ["ID", "MESSAGES", "LAST", "ACTIVITY", "VERSION",
+                                           "FORKED", "FROM"]
     assert out.splitlines()[1].split()[:2] == ["s1", "4"]
+    assert out.splitlines()[1].split()[-1] == "-"
+
+
+def test_list_shows_how_sessions_relate(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "sessions", "fork", "s1", "s3", "--at", "2", "--root", str(root))[0] == 0
+    assert run(capsys, "sessions", "rewind", "s1", "1", "--yes", "--root", str(root))[0] == 0
+    _, out, _ = run(capsys, "sessions", "list", "--root", str(root), "--json")
+    parents = {r["id"]: r["parent"] and (r["parent"]["parent"], r["parent"]["at"],
+                                         r["parent"]["reason"]) for r in json.loads(out)}
+    assert parents == {"s1": None, "s1-rewound-1": ("s1", 1, "rewind"), "s2": None,
+                       "s3": ("s1", 2, "fork")}
+    _, text, _ = run(capsys, "sessions", "list", "--root", str(root))
+    rows = {line.split()[0]: line for line in text.splitlines()[1:]}
+    assert rows["s3"].endswith("s1@2") and rows["s1-rewound-1"].endswith("s1@1 (rewind)")
 
 
 def test_list_reads_projection_version(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,10 +130,68 @@ def test_fork_prefix(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_rewind_with_yes(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = (root / "s1.jsonl").read_bytes()
     code, out, _ = run(capsys, "sessions", "rewind", "s1", "1", "--yes", "--root", str(root))
-    assert code == 0 and "dropped 3" in out
+    assert code == 0 and "dropped 3" in out and "s1-rewound-1" in out
     _, out, _ = run(capsys, "sessions", "show", "s1", "--root", str(root), "--json")
     assert [m["content"] for m in json.loads(out)] == ["read the log"]
+    # Nothing was deleted: the history as it was is a session of its own, byte for byte.
+    assert (root / "s1-rewound-1.jsonl").read_bytes() == before
+
+
+def test_rewind_dry_run_and_json(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = sorted(p.name for p in root.iterdir())
+    code, out, _ = run(capsys, "sessions", "rewind", "s1", "1", "--dry-run", "--root",
+                       str(root))
+    assert code == 0 and "would rewind s1 to 1 messages" in out and "s1-rewound-1" in out
+    code, out, _ = run(capsys, "sessions", "rewind", "s1", "1", "--dry-run", "--json",
+                       "--root", str(root))
+    assert json.loads(out) == {"session": "s1", "messages": 4, "kept": 1, "dropped": 3,
+                               "history": "s1-rewound-1", "dry_run": True}
+    assert sorted(p.name for p in root.iterdir()) == before  # a dry run writes nothing
+    code, out, _ = run(capsys, "sessions", "rewind", "s1", "2", "--yes", "--json",
+                       "--root", str(root))
+    assert code == 0 and json.loads(out)["history"] == "s1-rewound-1"
+    assert not json.loads(out)["dry_run"]
+    code, out, _ = run(capsys, "sessions", "rewind", "s1", "2", "--yes", "--json",
+                       "--root", str(root))
+    assert json.loads(out)["dropped"] == 0 and json.loads(out)["history"] == ""
+
+
+def test_fork_json(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sessions", "fork", "s1", "s3", "--at", "2", "--json",
+                       "--root", str(root))
+    report = json.loads(out)
+    assert code == 0 and (report["session"], report["fork"], report["messages"]) == (
+        "s1", "s3", 2)
+    assert (report["parent"]["parent"], report["parent"]["at"]) == ("s1", 2)
+
+
+def test_delete_dry_run_lists_exactly_what_goes(root: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    (root / "s1.context.json").write_text("{}")
+    before = sorted(p.name for p in root.iterdir())
+    code, out, _ = run(capsys, "sessions", "delete", "s1", "--dry-run", "--json", "--root",
+                       str(root))
+    report = json.loads(out)
+    assert code == 0 and report["dry_run"] and report["messages"] == 4
+    assert sorted(Path(p).name for p in report["removes"]) == [
+        "s1.context.json", "s1.jsonl", "s1.lock"]
+    assert sorted(p.name for p in root.iterdir()) == before
+    code, out, _ = run(capsys, "sessions", "delete", "s1", "--yes", "--json", "--root",
+                       str(root))
+    assert code == 0 and not json.loads(out)["dry_run"]
+    assert files_of(root, "s1") == []
+
+
+def test_show_previews_long_messages(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ctxfold.plugins.stores.fs import FsStore
+
+    FsStore(root).append("s2", [Message(role="assistant", content="x" * 20_000)])
+    _, text, _ = run(capsys, "sessions", "show", "s2", "--root", str(root))
+    assert len(text) < 2_000 and "18,800 more characters" in text and "--full" in text
+    _, full, _ = run(capsys, "sessions", "show", "s2", "--root", str(root), "--full")
+    assert "x" * 20_000 in full
 
 
 def test_rewind_refuses_without_terminal(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -154,7 +227,7 @@ def test_delete_removes_every_file(root: Path, capsys: pytest.CaptureFixture[str
     assert code == 1 and "not a terminal" in err and (root / "s1.jsonl").exists()
     monkeypatch.setattr(sys, "stdin", Tty("yes\n"))
     code, out, _ = run(capsys, "sessions", "delete", "s1", "--root", str(root))
-    assert code == 0 and "deleted s1" in out
+    assert code == 0 and "deleted s1" in out and "s1.jsonl.corrupt" in out
     assert files_of(root, "s1") == []
     assert "s2.jsonl" in files_of(root, "s2")
 

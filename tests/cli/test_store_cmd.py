@@ -107,10 +107,12 @@ def test_migrate_creates_then_reports_an_up_to_date_schema(
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("CTXFOLD_POSTGRES_DSN", postgres_spec.where)
     (workdir / "ctxfold.toml").write_text('[store]\nname = "postgres"\n')
+    from ctxfold.plugins.stores.postgres_schema import SCHEMA_VERSION
+
     assert main(["store", "migrate"]) == 0
-    assert "schema version 0 -> 2" in capsys.readouterr().out
+    assert f"schema version 0 -> {SCHEMA_VERSION}" in capsys.readouterr().out
     assert main(["store", "migrate"]) == 0
-    assert "schema version 2: up to date" in capsys.readouterr().out
+    assert f"schema version {SCHEMA_VERSION}: up to date" in capsys.readouterr().out
     assert main(["store", "migrate", "--store", f"fs:{workdir / 's'}"]) == 0
     assert "nothing to do" in capsys.readouterr().out
 
@@ -126,13 +128,13 @@ def test_a_dsn_pasted_into_dsn_env_is_masked_and_named_in_a_notice(
         captured.out + captured.err)
 
 
-def test_a_version_1_database_migrates_to_2_keeping_its_sessions(
+def test_a_version_1_database_migrates_to_the_current_schema_keeping_its_sessions(
         workdir: Path, postgres_spec: StoreSpec, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     import psycopg
 
     from ctxfold.plugins.stores.postgres import PostgresStore
-    from ctxfold.plugins.stores.postgres_schema import MIGRATIONS
+    from ctxfold.plugins.stores.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 
     with psycopg.connect(postgres_spec.where, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS ctxfold_token_counts, ctxfold_discarded_sidecars, "
@@ -144,8 +146,11 @@ def test_a_version_1_database_migrates_to_2_keeping_its_sessions(
     monkeypatch.setenv("CTXFOLD_POSTGRES_DSN", postgres_spec.where)
     (workdir / "ctxfold.toml").write_text('[store]\nname = "postgres"\n')
     assert main(["store", "migrate"]) == 0
-    assert "schema version 1 -> 2" in capsys.readouterr().out
+    assert f"schema version 1 -> {SCHEMA_VERSION}" in capsys.readouterr().out
     store = PostgresStore(postgres_spec.where)
     assert store.exists("old")
     store.append_counts("old", "k", b"x")
     assert store.read_counts("old", "k") == b"x"
+    assert store.fork_point("old") is None  # created before forks were recorded
+    store.fork("old", "new")
+    assert store.fork_point("new").parent == "old"

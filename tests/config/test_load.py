@@ -265,3 +265,48 @@ def test_disabling_a_kinds_default_plugin_says_so(dirs: dict[str, Path]) -> None
                                           r"estimator declares itself the default \(was it "
                                           r"disabled"):
         _load(dirs, registry=Registry(disabled))
+
+
+# -- one config problem, one message (issue: the documented path is the real path) -----------
+
+
+def test_an_unknown_provider_is_one_problem_not_one_per_kind(dirs: dict[str, Path]) -> None:
+    (dirs["project"] / "ctxfold.toml").write_text('[provider]\nname = "nope"\n')
+    loaded = _load(dirs)
+    assert (loaded.config.estimator.name, loaded.config.store.name) == ("deepseek", "fs")
+    with pytest.raises(ConfigError) as info:
+        validate_strategy_names(loaded, Registry.from_config())
+    message = str(info.value)
+    assert "provider.name = 'nope' is not a registered provider" in message
+    assert "configuration problems" not in message and "is empty" not in message
+    message = _error(dirs, registry=Registry.from_config())
+    assert message.count("\n") == 0 and "'nope'" in message
+
+
+def test_an_unknown_key_hides_no_other_problem_of_its_file(dirs: dict[str, Path]) -> None:
+    path = dirs["project"] / "ctxfold.toml"
+    path.write_text('[agent]\ncompact_ratio = 1.5\nbogus = 1\n[store]\nwhat = 2\npath = 3\n'
+                    '[nosuch]\nx = 1\n')
+    message = _error(dirs)
+    assert message.startswith("5 configuration problems:")
+    lines = message.splitlines()[1:]
+    for line, expected in zip(lines, (
+            "line 2: agent.compact_ratio = 1.5 is out of range",
+            "line 3: unknown key agent.bogus", "line 5: unknown key store.what",
+            "line 6: store.path = 3 has the wrong type", "line 8: unknown table [nosuch]"),
+            strict=True):
+        assert f"project file {path} {expected}" in line
+
+
+def test_the_estimator_follows_the_provider_unless_named(dirs: dict[str, Path]) -> None:
+    path = dirs["project"] / "ctxfold.toml"
+    path.write_text('[provider]\nname = "responses"\n')
+    loaded = _load(dirs)
+    assert loaded.config.estimator.name == "tiktoken"
+    assert loaded.sources["estimator.name"] == "provider default (responses)"
+    path.write_text('[provider]\nname = "emulator"\nprofile = "responses"\n')
+    assert _load(dirs).config.estimator.name == "tiktoken"
+    path.write_text('[provider]\nname = "responses"\n[estimator]\nname = "heuristic"\n')
+    assert _load(dirs).config.estimator.name == "heuristic"  # an explicit name wins
+    path.write_text('[provider]\nname = "deepseek"\n')
+    assert _load(dirs).config.estimator.name == "deepseek"

@@ -144,6 +144,19 @@ def test_v3_is_byte_stable(codec: SidecarV3Codec) -> None:
         kind="resume", cache_state=CacheState.COLD, detail="idle 30h",
         created_at="2026-08-21T16:00:00.000000Z",
     )
+    assert state.settings is not None
+    assert (state.settings.window, state.settings.trigger_tokens) == (16000, 12800)
+
+
+@pytest.mark.parametrize("settings", [None, "x", {"window": "big"}, {"window": 1, "extra": 2}])
+def test_what_the_session_ran_with_never_costs_the_checkpoint(
+        codec: SidecarV3Codec, settings: object) -> None:
+    data = json.loads((FIXTURES / "v3.json").read_bytes())
+    data["settings"] = settings
+    state = codec.decode(data)
+    assert state.projection is not None  # a damaged record reads as none, nothing more
+    expected = 1 if isinstance(settings, dict) and "extra" in settings else None
+    assert (state.settings.window if state.settings else None) == expected
 
 
 def test_v3_with_legacy_fields(codec: SidecarV3Codec) -> None:
@@ -190,7 +203,7 @@ def test_reencoding_writes_schema_3_without_legacy_fields(
     assert not set(LEGACY_FIELDS) & set(document)
     assert list(document) == [
         "schema_version", "transcript_version", "projection", "prompt_cache_key",
-        "last_cache_state", "generation", "last_receipt", "telemetry", "updated_at",
+        "last_cache_state", "generation", "last_receipt", "telemetry", "updated_at", "settings",
     ]
     if document["last_receipt"] is not None:
         assert "blocked_input_hash" not in document["last_receipt"]

@@ -74,7 +74,10 @@ def test_ctxfold_summaries_are_billed_in_full_facts_list_included(registry: Regi
     assert repaired  # the check appended facts at least once, and they were billed
 
 
-def test_ctxfold_offers_and_bills_the_use_capability_tool(registry: Registry) -> None:
+def test_ctxfold_offers_and_bills_the_use_capability_tool(registry: Registry,
+                                                         tmp_path: Path) -> None:
+    """As a host deploys it: the tool rides along once the view holds something to look up
+    (a checkpoint, a bounded result), and every such request bills its schema."""
     from tests.replay.test_runner import TemplateEstimator
 
     messages = [Message(role="system", content="sys"), Message(role="user", content="hi"),
@@ -82,12 +85,12 @@ def test_ctxfold_offers_and_bills_the_use_capability_tool(registry: Registry) ->
     result = tiny_replay(registry, messages, names=("ctxfold", "append-only"))
     estimator = TemplateEstimator()
     first = result.policies["ctxfold"].records[0]
-    assert first.prompt_tokens == estimator.estimate(
-        RequestShape(messages[:2], [USE_CAPABILITY_TOOL]))
-    assert result.policies["append-only"].records[0].prompt_tokens == estimator.estimate(
-        RequestShape(messages[:2], []))
-    assert result.policies["ctxfold"].offers_search
+    assert first.prompt_tokens == estimator.estimate(RequestShape(messages[:2], []))
+    assert not result.policies["ctxfold"].offers_search  # nothing to look up yet
     assert not result.policies["append-only"].offers_search
+    policy = _policies(registry, ("ctxfold",), tmp_path, 16_000)["ctxfold"]
+    folded = _first_fold(policy, small_demo())
+    assert USE_CAPABILITY_TOOL in (folded.tools or ())
 
 
 def test_equal_length_applies_to_every_policy_ctxfold_included(registry: Registry,

@@ -455,3 +455,35 @@ def test_totals_of_several_sessions_compare_with_ctxfold(demo_results: list[Any]
         closest.cost_ratio)
     page = report_html(sessions, profile="deepseek-flash", window=DEMO_WINDOW)
     assert "cost ÷ ctxfold" in page and "<th>vs ctxfold</th>" in page
+
+
+def test_the_headline_compares_ctxfold_with_other_systems_not_its_own_variant() -> None:
+    """With --demo the headline read "ctxfold-plain is the cheapest (…, 0% under ctxfold)"."""
+    from ctxfold.replay.fidelity import FidelitySummary
+    from ctxfold.replay.report_text import cheapest_note
+    from ctxfold.replay.results import PolicyResult, SessionResult, paired, totals
+
+    def result(cost: float) -> PolicyResult:
+        return PolicyResult(cost_usd=cost, fidelity=FidelitySummary(mean=0.8))
+
+    results = {"ctxfold": result(1.0), "ctxfold-plain": result(0.99), "codex-like": result(1.1)}
+    note = cheapest_note(results)
+    assert note.startswith("ctxfold is the cheapest") and "under codex-like" in note
+    assert "ctxfold-plain" not in note
+    results["codex-like"] = result(0.5)
+    assert cheapest_note(results).startswith("codex-like is the cheapest ($0.5000, 50% under "
+                                             "ctxfold)")
+    sessions = [SessionResult(name=n, messages=1, requests=1, unlimited_cost_usd=1.0,
+                              trigger=1, policies=dict(results)) for n in "ab"]
+    assert "ctxfold-plain" not in cheapest_note(totals(sessions), paired(sessions))
+
+
+def test_json_sessions_say_where_they_came_from(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in (
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"})) + "\n")
+    report = tmp_path / "r.json"
+    from ctxfold.cli.main import main
+
+    assert main(["replay", str(path), "--policy", "ctxfold", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["sessions"][0]["source"] == str(path)

@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from ctxfold.capabilities import session_message, session_search, tool_result
 from ctxfold.kernel.errors import ToolResultError
 from ctxfold.kernel.types import Message, ToolSchema
@@ -99,6 +101,71 @@ def handle_use_capability(messages: Sequence[Message], arguments: Any) -> str:
         return f"error: {exc}"
     except (ValueError, TypeError, RecursionError) as exc:  # anything else the input tripped
         return f"error: invalid use_capability arguments ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def with_capability_tool(tools: tuple[ToolSchema, ...]) -> tuple[ToolSchema, ...]:
+    """``tools`` followed by :data:`USE_CAPABILITY_TOOL` — or ``tools`` itself (the same
+    object) when the host already offers a tool of that name."""
+    if any(t.name == USE_CAPABILITY_TOOL.name for t in tools):
+        return tools
+    return (*tools, USE_CAPABILITY_TOOL)
+
+
+@attrs.frozen
+class CapabilityCall:
+    """A model's ``use_capability`` call, in the wire form it came in (``chat`` or
+    ``responses``), so the answer goes back in the same form."""
+
+    call_id: str
+    arguments: Any
+    form: str = "chat"
+
+    def reply(self, text: str) -> dict[str, Any]:
+        """The tool message that answers the call with ``text``, ready to append."""
+        if self.form == "responses":
+            return {"type": "function_call_output", "call_id": self.call_id, "output": text}
+        return {"role": "tool", "tool_call_id": self.call_id, "content": text}
+
+
+def capability_call(tool_call: Any) -> CapabilityCall | None:
+    """``tool_call`` as a :class:`CapabilityCall` when it calls ``use_capability``, else
+    ``None``. Takes a ctxfold :class:`~ctxfold.ToolCall`, a chat tool call (an OpenAI SDK
+    object or its dict), a Responses ``function_call`` item (object or dict), or a
+    ``{"name", "args", "id"}`` tool call (LangChain). A ``use_capability`` call without an
+    id is a :class:`~ctxfold.MessageError`: its answer could not name it."""
+    from ctxfold.kernel.errors import MessageError
+    from ctxfold.kernel.types import ToolCall
+
+    name: Any
+    call_id: Any
+    arguments: Any
+    form: str
+    if isinstance(tool_call, ToolCall):
+        name, arguments, call_id, form = (tool_call.name, tool_call.arguments, tool_call.id,
+                                          "chat")
+    else:
+        data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else tool_call
+        if not isinstance(data, Mapping):
+            raise MessageError(f"answer(): a tool call must be a ToolCall, a chat tool call "
+                               f"or a Responses function_call item, got "
+                               f"{type(tool_call).__name__}")
+        function = data.get("function")
+        if data.get("type") == "function_call":
+            name, arguments, call_id, form = (data.get("name"), data.get("arguments"),
+                                              data.get("call_id"), "responses")
+        elif isinstance(function, Mapping):
+            name, arguments, call_id, form = (function.get("name"), function.get("arguments"),
+                                              data.get("id"), "chat")
+        else:
+            name, call_id, form = data.get("name"), data.get("id"), "chat"
+            arguments = data.get("arguments", data.get("args"))
+    if name != USE_CAPABILITY_TOOL.name:
+        return None
+    if not isinstance(call_id, str) or not call_id:
+        raise MessageError("answer(): the use_capability call has no id, so no answer could "
+                           "name it; pass the tool call as the model returned it")
+    return CapabilityCall(call_id=call_id, arguments=arguments if arguments is not None else {},
+                          form=form)
 
 
 def _object(value: Any, what: str) -> Mapping[str, Any]:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ctxfold.cli.common import add_config_flag
-from ctxfold.cli.sessions_cmd import add_root_flag
+from ctxfold.cli.store_access import add_root_flag
 
 if TYPE_CHECKING:
     from ctxfold.engine.manager import ContextManager
@@ -31,11 +31,15 @@ HELP = """commands:
   TEXT             send TEXT as a user turn
   /compact [FOCUS] install a checkpoint now (optional focus for the summary)
   /status          tokens, trigger, window, projection version, cache state
-  /rewind N        keep only the first N messages of the transcript
+  /rewind N        go back to the first N messages (the history stays as a session of its own)
   /search QUERY    search the whole session history (folded messages too), newest first
   /pin TEXT        pin a standing rule: every checkpoint carries it verbatim
   /help            this help
   /quit            leave (end of input does the same)"""
+
+
+#: ``use_capability`` rounds one chat turn answers before it shows the model's reply.
+MAX_LOOKUPS = 8
 
 
 def register(subparsers: Any) -> None:
@@ -100,6 +104,14 @@ class ChatLoop:
         if pending_user_text(self.cm) != text:  # a failed turn left it: send it again
             self.cm.append(Message(role="user", content=text))
         response = self.cm.complete(self.provider)
+        for _ in range(MAX_LOOKUPS):  # the model looks up folded history: answer, go on
+            answers = [self.cm.answer(call) for call in response.message.tool_calls]
+            if not answers or None in answers:
+                break
+            self._say(f"[the model looked up the session's history: {len(answers)} "
+                      "use_capability call(s) answered]")
+            self.cm.append(*answers)
+            response = self.cm.complete(self.provider)
         self._say(response.message.content)
         after = self._version()
         checkpoint = ""
@@ -126,15 +138,17 @@ class ChatLoop:
                   f"{prepared.tokens} tokens]")
 
     def rewind(self, arg: str) -> None:
-        """``/rewind N``: keep the first N messages."""
+        """``/rewind N``: go back to the first N messages; the history as it was is kept as
+        a session of its own (never deleted)."""
         total = len(self.cm.canonical)
         try:
             upto = int(arg)
         except ValueError:
             self._fail(f"/rewind needs a message count from 0 to {total}, got {arg!r}")
             return
-        self.cm.rewind(upto)
-        self._say(f"[rewound to {upto} messages (dropped {total - upto})]")
+        kept = self.cm.rewind(upto)
+        where = f"; the history as it was is session {kept}" if kept else ""
+        self._say(f"[rewound to {upto} messages (dropped {total - upto}){where}]")
 
     def search(self, query: str) -> None:
         """``/search QUERY``: the model's ``session:search`` (terms, newest first); the
@@ -214,7 +228,7 @@ def pending_user_text(cm: Any) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctxfold.cli.sessions_cmd import open_store
+    from ctxfold.cli.store_access import open_store
     from ctxfold.engine.opening import open_session
     from ctxfold.kernel.kinds import PROVIDER
     from ctxfold.kernel.types import Message
@@ -246,7 +260,14 @@ def run(args: argparse.Namespace) -> int:
                 cm.append(Message(role="system", content=args.system))
             print(f"[new session {session_id}; /help for commands]", flush=True)
         loop = ChatLoop(cm, provider, sys.stdout, sys.stderr)
-        return loop.run(_lines(sys.stdin), prompt=sys.stdin.isatty())
+        started = handle.store.revision(session_id)
+        status = loop.run(_lines(sys.stdin), prompt=sys.stdin.isatty())
+        if not existed and handle.store.revision(session_id) == started:
+            # Nothing was said (or done): leave no empty session behind for `sessions list`
+            # or `replay` of the sessions folder to stumble over.
+            handle.store.delete(session_id)
+            print(f"[session {session_id} not kept: nothing was said]", flush=True)
+        return status
     finally:
         close = getattr(provider, "close", None)
         if callable(close):

@@ -120,8 +120,9 @@ def _legacy_keys() -> set[str]:
     return {f"{m.keys[0]}.{k}" for m in default_migrations() for k in m.keys[1]}
 
 
-def _warn_unknown_strategies(args: argparse.Namespace, loaded: Any) -> None:
-    # `show` is a diagnostic: report unknown strategy names but still print the config.
+def _unknown_strategies(args: argparse.Namespace, loaded: Any) -> bool:
+    # `show` is a diagnostic: report unknown strategy names, still print the config, and
+    # exit 1 (every other command refuses such a config).
     from ctxfold.cli.common import load_registry
     from ctxfold.config.load import validate_strategy_names
     from ctxfold.kernel.errors import CtxfoldError
@@ -129,14 +130,16 @@ def _warn_unknown_strategies(args: argparse.Namespace, loaded: Any) -> None:
     try:
         validate_strategy_names(loaded, load_registry(args, validate=False))
     except CtxfoldError as exc:
-        print(f"ctxfold: warning: {exc}", file=sys.stderr)
+        print(f"ctxfold: error: {exc}", file=sys.stderr)
+        return True
+    return False
 
 
 def run_show(args: argparse.Namespace) -> int:
     from ctxfold.cli.common import load_cli_config
 
     loaded = load_cli_config(args)
-    _warn_unknown_strategies(args, loaded)
+    status = 1 if _unknown_strategies(args, loaded) else 0
     rows = effective_rows(loaded)
     legacy = _legacy_keys()
     if args.json:
@@ -146,7 +149,7 @@ def run_show(args: argparse.Namespace) -> int:
         out = {"config": config, "files": [str(p) for p in loaded.files],
                "notices": list(loaded.notices)}
         print(json.dumps(out, indent=2, ensure_ascii=False))
-        return 0
+        return status
     files = ", ".join(str(p) for p in loaded.files) or "none"
     print(f"# effective ctxfold configuration (files read: {files})")
     current = None
@@ -157,7 +160,7 @@ def run_show(args: argparse.Namespace) -> int:
         note = " (retired, ignored)" if f"{section}.{key}" in legacy else ""
         line = f"{key} = {_toml_value(value)}" if value is not None else f"# {key} = (unset)"
         print(f"{line:<40} # {source}{note}")
-    return 0
+    return status
 
 
 # -- init --------------------------------------------------------------------------------------

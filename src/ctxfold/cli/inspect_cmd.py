@@ -22,7 +22,7 @@ import attrs
 
 from ctxfold.cli.common import add_config_flag
 from ctxfold.cli.inspect_render import render, render_view
-from ctxfold.cli.sessions_cmd import StoreHandle, add_root_flag, iso_time, require_session
+from ctxfold.cli.store_access import StoreHandle, add_root_flag, iso_time, require_session
 
 if TYPE_CHECKING:
     from ctxfold.kernel.state import SidecarState
@@ -48,7 +48,8 @@ def register(subparsers: Any) -> None:
                         "message in full")
     add_root_flag(parser)
     add_config_flag(parser, "provider.context_window", "--window",
-                    help="context window in tokens (default: [provider] context_window)")
+                    help="context window in tokens (default: the one the session ran with, "
+                    "else [provider] context_window)")
     parser.set_defaults(func=run)
 
 
@@ -106,9 +107,37 @@ def _plain(obj: Any) -> Any:
     return attrs.asdict(obj) if obj is not None else None
 
 
-def collect(handle: StoreHandle, session_id: str, *, now: float | None = None
-            ) -> dict[str, Any]:
-    """Everything ``inspect`` reports, as a JSON-ready dict (see ``docs/cli.md``)."""
+def ran_with(state: SidecarState, config: Any, registry: Any, *, window_flag: bool
+             ) -> dict[str, Any]:
+    """What the session ran with — its sidecar's record (``settings``) — and the config's
+    values only where it recorded none (or where ``--window`` was given)."""
+    from ctxfold.kernel.kinds import ESTIMATOR
+
+    recorded = state.settings
+    window = config.provider.context_window
+    ratio = config.agent.compact_ratio
+    trigger = math.floor(window * ratio)
+    out = {"window": window, "trigger": trigger, "compact_ratio": ratio,
+           "model": config.provider.model, "provider": config.provider.name,
+           "estimator": config.estimator.name, "from": "config"}
+    if recorded is None:
+        return out
+    out["from"] = "session"
+    if recorded.window and not window_flag:
+        out["window"], out["trigger"] = recorded.window, recorded.trigger_tokens
+        out["compact_ratio"] = recorded.compact_ratio
+    for key in ("model", "provider"):
+        out[key] = getattr(recorded, key) or out[key]
+    if recorded.estimator in registry.names(ESTIMATOR):
+        out["estimator"] = recorded.estimator
+    return out
+
+
+def collect(handle: StoreHandle, session_id: str, *, now: float | None = None,
+            window_flag: bool = False) -> dict[str, Any]:
+    """Everything ``inspect`` reports, as a JSON-ready dict (see ``docs/cli.md``). The
+    window, trigger, model and estimator are the session's own (recorded in its sidecar),
+    the config's only where it recorded none or ``window_flag`` (``--window``) says so."""
     from ctxfold.kernel.kinds import ESTIMATOR
     from ctxfold.kernel.state import CacheState
     from ctxfold.kernel.types import RequestShape
@@ -119,10 +148,10 @@ def collect(handle: StoreHandle, session_id: str, *, now: float | None = None
     notices += more
     view = visible(state, canonical)
     config = handle.registry.resolve(handle.config)
-    estimator = handle.registry.create(ESTIMATOR, config.estimator.name, config=config)
+    settings = ran_with(state, config, handle.registry, window_flag=window_flag)
+    estimator = handle.registry.create(ESTIMATOR, settings["estimator"], config=config)
     tokens = int(estimator.estimate(RequestShape(view)))
-    window = config.provider.context_window
-    trigger = math.floor(window * config.agent.compact_ratio)
+    window, trigger = settings["window"], settings["trigger"]
     ttl = config.provider.cache_ttl_minutes
     last = handle.store.last_activity(session_id)
     now = time.time() if now is None else now
@@ -148,15 +177,16 @@ def collect(handle: StoreHandle, session_id: str, *, now: float | None = None
         "view": {
             "messages": len(view),
             "tokens": tokens,
-            "estimator": config.estimator.name,
+            "estimator": settings["estimator"],
             "trigger": trigger,
             "window": window,
             "hard_ceiling": window - PROTOCOL_RESERVE,
-            "compact_ratio": config.agent.compact_ratio,
+            "compact_ratio": settings["compact_ratio"],
             "trigger_used": round(tokens / trigger, 4) if trigger else None,
             "window_used": round(tokens / window, 4) if window else None,
             "above_trigger": tokens >= trigger,
         },
+        "settings": settings,
         "receipt": _plain(state.last_receipt),
         "cache": {
             "state": str(state.last_cache_state),
@@ -210,11 +240,13 @@ def standing(canonical: Sequence[Message], view: Sequence[Message], state: Sidec
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctxfold.cli.sessions_cmd import open_store
+    from ctxfold.cli.common import config_overrides
+    from ctxfold.cli.store_access import open_store
     from ctxfold.interop.chat import message_to_openai
 
     handle = open_store(args)
-    report = collect(handle, args.session)
+    report = collect(handle, args.session,
+                     window_flag="provider.context_window" in config_overrides(args))
     view: list[Message] = []
     if args.view:
         canonical, _ = read_canonical(handle, args.session)

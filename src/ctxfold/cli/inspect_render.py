@@ -26,6 +26,12 @@ def render(report: dict[str, Any]) -> str:
         out.append(f"projection: version {p['version']}, covers {p['covered_count']} messages "
                    f"with {p['body_messages']} body messages, {p['tokens']} tokens "
                    f"(from {p['source_tokens']})")
+    r = report["settings"]
+    source = ("recorded by the session" if r["from"] == "session"
+              else "from the config: the session recorded none yet")
+    out.append(f"ran with: window {r['window']}, trigger {r['trigger']} (compact_ratio "
+               f"{r['compact_ratio']}), model {r['model'] or '-'} ({r['provider'] or '-'}), "
+               f"estimator {r['estimator']} — {source}")
     out.append(f"view: {v['messages']} messages, {v['tokens']} tokens ({v['estimator']}); "
                f"trigger {v['trigger']} ({_pct(v['trigger_used'])} used), window {v['window']} "
                f"({_pct(v['window_used'])} used), hard ceiling {v['hard_ceiling']}")

@@ -45,12 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ctxfold {__version__}")
     _add_config_option(parser, default=None)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Not required here: main() names an unknown option first, then a missing command.
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
     for sub in _subcommand_parsers(parser):
         # SUPPRESS: absent after the subcommand, the value given before it stays.
         _add_config_option(sub, default=argparse.SUPPRESS)
+        # The deepest parser reached reports what it does not know, with its own usage.
+        sub.set_defaults(_ctxfold_parser=sub)
     return parser
 
 
@@ -77,7 +80,12 @@ def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.Argume
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ctxfold`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    reached: argparse.ArgumentParser = getattr(args, "_ctxfold_parser", parser)
+    if unknown:
+        reached.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if getattr(args, "func", None) is None:
+        reached.error("a command is required" if reached is parser else "an action is required")
     try:
         result = args.func(args)
     except UsageError as exc:

@@ -51,7 +51,7 @@ def open_named_store(args: argparse.Namespace, spec: str, flag: str) -> Store:
 def run_migrate(args: argparse.Namespace) -> int:
     store = open_named_store(args, args.store or "", "--store") if args.store else None
     if store is None:
-        from ctxfold.cli.sessions_cmd import open_store
+        from ctxfold.cli.store_access import open_store
 
         store = open_store(args).store
     migrate = getattr(store, "migrate", None)

@@ -32,9 +32,9 @@ from ctxfold.config.migrate import default_migrations
 from ctxfold.config.strict import (
     SECTIONS,
     WrongType,
+    all_problems,
     allowed_values,
     parse_text,
-    problems,
     strict_converter,
     type_name,
     unknown_key,
@@ -44,7 +44,7 @@ from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
 from ctxfold.kernel.contracts import ConfigMigration
 from ctxfold.kernel.errors import ConfigError, ConfigSyntaxError, PluginError
 from ctxfold.kernel.kinds import KIND_BY_NAME
-from ctxfold.kernel.registry import STRATEGY_KEYS, Registry
+from ctxfold.kernel.registry import STRATEGY_KEYS, Registry, strategy_fill
 from ctxfold.secrets import holds_a_secret_not_a_name, show_value
 
 ENV_PREFIX = "CTXFOLD_"
@@ -167,14 +167,10 @@ def _validate(layer: Layer, unclaimed: frozenset[str]) -> None:
     # Retired schema fields no migration strategy claims (plugin disabled) are unknown keys:
     # loading them as-is would break "always zero in memory".
     stray = [k for k in layer.dotted_keys() if k in unclaimed]
-    if stray:
-        raise ConfigError(_join([unknown_key(layer, [k.partition(".")[0]], k.partition(".")[2])
-                                 for k in stray]))
-    try:
-        strict_converter().structure(layer.data, Config)
-    except Exception as exc:  # cattrs raises ExceptionGroups, attrs ValueErrors
-        found = problems(layer, exc)
-        raise ConfigError(_join(found) if found else f"{layer.source}: {exc}") from None
+    found = [unknown_key(layer, [k.partition(".")[0]], k.partition(".")[2]) for k in stray]
+    found += all_problems(layer, frozenset(stray))
+    if found:
+        raise ConfigError(_join(found))
 
 
 def _migration_notice(found: list[tuple[str, str]], files: dict[str, Path]) -> str:
@@ -263,12 +259,20 @@ def load_config(
 
 def _fill_defaults(config: Config, sources: dict[str, str], registry: Registry | None) -> Config:
     """:meth:`Registry.resolve` of ``config``, recording in ``sources`` where each filled value
-    came from. An unknown name is left for :func:`validate_strategy_names` to report."""
+    came from. An unknown name is left for :func:`validate_strategy_names` to report — and
+    only that name: the other kinds still get their declared defaults, so one unknown
+    provider is one problem, not one per kind."""
     try:
         registry = registry or Registry.from_config(config)
-        return registry.resolve(config, sources)
     except PluginError:
         return config
+    try:
+        return registry.resolve(config, sources)
+    except PluginError:
+        try:
+            return strategy_fill(config, registry, sources)
+        except PluginError:
+            return config
 
 
 def validate_strategy_names(loaded: LoadedConfig, registry: Registry) -> None:

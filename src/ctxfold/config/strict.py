@@ -4,6 +4,7 @@ one readable problem line each (file/env/flag, key, value, what is allowed)."""
 from __future__ import annotations
 
 import functools
+import re
 import tomllib
 import types
 import typing
@@ -190,6 +191,61 @@ def problems(layer: Layer, exc: Exception) -> list[str]:
                 message = f"{dotted} = {show_value(dotted, value)}: {detail}"
             lines.append(f"{layer.origin(dotted)}: {message}")
     return lines
+
+
+def all_problems(layer: Layer, ignored: frozenset[str] = frozenset()) -> list[str]:
+    """Every problem of ``layer`` against the schema (``ignored`` dotted keys left out), in
+    file order. cattrs reports the unknown keys of a table instead of the problems of its
+    known ones; those keys are set aside and the rest checked again, so an unknown key never
+    hides a bad value beside it."""
+    data = _without(layer.data, ignored)
+    found: list[str] = []
+    for _ in range(len(SECTIONS) + 2):  # each round sets aside the unknown keys it found
+        try:
+            strict_converter().structure(data, Config)
+        except Exception as exc:  # cattrs raises ExceptionGroups, attrs ValueErrors
+            more = problems(layer, exc) or [f"{layer.source}: {exc}"]
+            unknown = _unknown_keys(exc)
+            found += [p for p in more if p not in found]
+            if not unknown:
+                break
+            data = _without(data, unknown)
+            continue
+        break
+    return sorted(found, key=_line_of)  # in file order
+
+
+def _line_of(problem: str) -> int:
+    match = re.search(r" line (\d+): ", problem)
+    return int(match.group(1)) if match else 0
+
+
+def _without(data: dict[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for section, table in data.items():
+        if section in keys:
+            continue
+        if isinstance(table, Mapping):
+            table = {k: v for k, v in table.items() if f"{section}.{k}" not in keys}
+        out[section] = table
+    return out
+
+
+def _unknown_keys(exc: BaseException) -> frozenset[str]:
+    """The dotted keys (and tables) cattrs refused as unknown in ``exc``."""
+    from cattrs.errors import ForbiddenExtraKeysError
+
+    keys: set[str] = set()
+    stack: list[tuple[BaseException, str]] = [(exc, "")]
+    while stack:
+        err, path = stack.pop()
+        if isinstance(err, ForbiddenExtraKeysError):
+            keys.update(f"{path}{name}" if path else name for name in err.extra_fields)
+        for sub in getattr(err, "exceptions", ()):
+            notes = [n for n in getattr(sub, "__notes__", ()) if hasattr(n, "name")]
+            name = getattr(notes[0], "name", "") if notes else ""
+            stack.append((sub, f"{path}{name}." if name and not path else path))
+    return frozenset(keys)
 
 
 def unknown_key(layer: Layer, path: list[str], name: str) -> str:

@@ -11,21 +11,25 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from ctxfold.capabilities.bounding import make_tool_result
-from ctxfold.capabilities.tool import handle_use_capability
-from ctxfold.engine import driving
+from ctxfold.capabilities.tool import capability_call, handle_use_capability
+from ctxfold.engine import driving, lineage
 from ctxfold.engine import turn as turns
 from ctxfold.engine.counts import PersistedCounts
+from ctxfold.engine.offer import CapabilityOffer
 from ctxfold.engine.parts import (
     LoadedSession,
     SessionParts,
+    SessionWarning,
     checked_batch,
     load_session,
+    repeated_system,
     with_model,
 )
 from ctxfold.engine.pins import new_pin
@@ -35,8 +39,10 @@ from ctxfold.engine.prepared import (
     UsageObservation,
     calibrate,
     resume_label,
+    wire_fields,
 )
 from ctxfold.engine.review import Reviewer
+from ctxfold.engine.sidecar import session_settings
 from ctxfold.engine.summarizing import asummarize
 from ctxfold.engine.sync import Watch
 from ctxfold.engine.transcript import CallIds, Transcript, count_role, vouch
@@ -73,6 +79,7 @@ class ContextManager:
         self.notices: list[str] = list(loaded.notices)
         self.config: Config = parts.config
         self.tools: tuple[ToolSchema, ...] = parts.tools
+        self._offer = CapabilityOffer(parts.tools, enabled=parts.offer_capability)
         self.configured_window = parts.window
         self.learned_window: int | None = None
         self.cache_ttl_minutes = parts.cache_ttl_minutes
@@ -92,6 +99,7 @@ class ContextManager:
         """Work from ``canonical`` (loaded, re-read, or after a rewind)."""
         self._canonical = canonical
         self._call_ids = CallIds(canonical)
+        self._offer.reset()
         self._turn = count_role(canonical, "assistant")  # a turn ends with the answer
         self._views.reset()
         vouch(self.store, self.session_id, canonical, self.state.projection,
@@ -161,14 +169,24 @@ class ContextManager:
         """Provider-visible messages: projection body + canonical tail, else canonical."""
         return visible_view(self.state.projection, self._canonical)
 
+    @property
+    def offers_capability(self) -> bool:
+        """Whether the next request offers ``use_capability`` (:mod:`ctxfold.engine.offer`)."""
+        return self._offer.offers(self.state.projection, self._canonical)
+
+    def request_tools(self) -> tuple[ToolSchema, ...]:
+        """The next request's tools: :attr:`tools`, then ``use_capability`` when offered."""
+        return self._offer.tools_for(self.state.projection, self._canonical)
+
     def view_estimate(self) -> tuple[list[Message], int]:
         """The current view and its admission estimate, in O(new messages) between installs
         with an incremental estimator. The list is shared: do not mutate it."""
-        return self._views.measure(self.state.projection, self._canonical, self.tools)
+        return self._views.measure(self.state.projection, self._canonical, self.request_tools())
 
     def estimate(self, messages: Sequence[Message] | None = None) -> int:
         """Admission estimate of ``messages`` (default: the current view) with the tools."""
-        shape = RequestShape(list(self.view() if messages is None else messages), self.tools)
+        shape = RequestShape(list(self.view() if messages is None else messages),
+                             self.request_tools())
         return self.estimator.estimate(shape)
 
     # -- appending ---------------------------------------------------------------------------
@@ -183,11 +201,15 @@ class ContextManager:
         with self._lock:
             self._sync()
             batch, calls = checked_batch(messages, self._call_ids, where)
+            repeated = repeated_system(self.session_id, self._canonical, batch)
             self._watch.appended(self.store.append(self.session_id, batch))
             self._call_ids.add(calls)
             self._canonical.extend(batch)
             self._committer.transcript_version += 1
             self._turn += sum(1 for m in batch if m.role == "assistant")
+        if repeated:  # allowed, but probably a script run twice: say so
+            self.notices.append(repeated)
+            warnings.warn(repeated, SessionWarning, stacklevel=2)
 
     def pin(self, text: str | None = None, *, message_id: str | None = None,
             reason: str = "") -> Message:
@@ -208,12 +230,17 @@ class ContextManager:
 
     # -- maintenance -------------------------------------------------------------------------
 
-    def _maintenance(self, trigger: Trigger, focus: str | None) -> maintenance.Maintenance:
-        view, tokens = self.view_estimate()
+    def _maintenance(self, trigger: Trigger, focus: str | None,
+                     tools: tuple[ToolSchema, ...]) -> maintenance.Maintenance:
+        settings = session_settings(self.window, self.trigger_tokens, self.config,
+                                    self.estimator)
+        if self.state.settings != settings:  # written with the next install or receipt only
+            self._committer.state = attrs.evolve(self.state, settings=settings)
+        view, tokens = self._views.measure(self.state.projection, self._canonical, tools)
         context = MaintenanceContext(
             session_id=self.session_id, trigger=trigger, focus=focus, window=self.window,
             trigger_tokens=self.trigger_tokens, turn=self._turn, latches=self._latches,
-            tools=self.tools, canonical=self._canonical, estimator=self.estimator,
+            tools=tools, canonical=self._canonical, estimator=self.estimator,
             pruner=self.pruner, committer=self._committer, count=self._count,
             review=Reviewer(self.config.checkpoint, self._count),
         )
@@ -225,13 +252,20 @@ class ContextManager:
         self._sync()
         return self._canonical
 
-    def _apply(self, outcome: Outcome) -> PreparedRequest:
-        """Take over what a maintenance run ended with, then raise its error if any."""
+    def _apply(self, outcome: Outcome, tools: tuple[ToolSchema, ...]) -> PreparedRequest:
+        """Take over what a maintenance run (estimated with ``tools``) ended with, then raise
+        its error if any."""
         self._latches = outcome.latches
         self.summary_calls += outcome.summary_calls
-        prepared = PreparedRequest.of(outcome, self.tools, self.state.projection,
-                                      self.trigger_tokens)
-        self._last_shape = RequestShape(prepared.messages, self.tools)
+        sent = self.request_tools()
+        if sent is not tools:  # the first install offered use_capability: count it too
+            outcome = attrs.evolve(outcome, tokens=self._views.measure(
+                self.state.projection, self._canonical, sent)[1])
+        prepared = PreparedRequest.of(outcome, sent, self.state.projection, self.trigger_tokens,
+                                      **wire_fields(self.config, self.window, outcome.tokens,
+                                                    self._parts.provider_defaults,
+                                                    offers=self.offers_capability))
+        self._last_shape = RequestShape(prepared.messages, sent)
         self._counts.save()  # caches, so the next open reads neither counts nor covered lines
         vouch(self.store, self.session_id, self._canonical, self.state.projection,
               self._watch.revision)
@@ -247,9 +281,10 @@ class ContextManager:
         """Return the request to send, maintaining the context first if it must (SPEC §3.2)."""
         with self._lock:
             self._sync()
-            outcome = driving.drive(self._maintenance(trigger, focus),
+            tools = self.request_tools()
+            outcome = driving.drive(self._maintenance(trigger, focus, tools),
                                     self.summarizer.summarize, self._reread)
-            return self._apply(outcome)
+            return self._apply(outcome, tools)
 
     def compact(self, focus: str | None = None) -> PreparedRequest:
         """Manual checkpoint (``/compact [focus]``)."""
@@ -263,11 +298,12 @@ class ContextManager:
         async with self._alock:
             with self._lock:
                 self._sync()
-            steps = self._maintenance(trigger, focus)
+                tools = self.request_tools()
+            steps = self._maintenance(trigger, focus, tools)
             outcome = await driving.adrive(
                 steps, lambda request: asummarize(self.summarizer, request), self._reread)
             with self._lock:
-                return self._apply(outcome)
+                return self._apply(outcome, tools)
 
     async def acompact(self, focus: str | None = None) -> PreparedRequest:
         """:meth:`compact` for an event loop."""
@@ -300,6 +336,19 @@ class ContextManager:
         with self._lock:
             self._sync()
             return handle_use_capability(self._canonical, arguments)
+
+    def answer(self, tool_call: Any) -> dict[str, Any] | None:
+        """The tool message answering ``tool_call`` if it calls ``use_capability`` (in the
+        call's chat or Responses form, ready to append), else ``None``: see
+        :func:`~ctxfold.capabilities.tool.capability_call`."""
+        call = capability_call(tool_call)
+        return None if call is None else call.reply(self.use_capability(call.arguments))
+
+    async def aanswer(self, tool_call: Any) -> dict[str, Any] | None:
+        """:meth:`answer` for an event loop (the capability runs in a worker thread)."""
+        call = capability_call(tool_call)
+        return None if call is None else call.reply(
+            await asyncio.to_thread(self.use_capability, call.arguments))
 
     def prune_stale_tool_results(self) -> int:
         return 0  # compatibility no-op: pruning only happens under pressure
@@ -350,20 +399,28 @@ class ContextManager:
         self._committer.record_resume(result.cache_state)
         return result
 
-    def rewind(self, upto: int) -> None:
-        """Truncate the transcript to its first ``upto`` messages (explicit user operation)."""
+    def rewind(self, upto: int) -> str:
+        """Go back to the first ``upto`` messages, keeping the history as it was as a new
+        session (:mod:`ctxfold.engine.lineage`); its id, ``""`` when nothing was dropped."""
         with self._lock:
             self._sync()
-            self.store.rewind(self.session_id, upto)
+            kept = lineage.rewind(self.store, self.session_id, upto)
             self._watch.revision = self.store.revision(self.session_id)
             self._take(Transcript(self._canonical[:upto]))
             self._committer.after_rewind(self._canonical)
+            return kept
 
     def fork(self, target_id: str, upto: int | None = None) -> ContextManager:
-        """A new session from a prefix of this one (explicit user operation)."""
+        """A new session from the first ``upto`` messages (default: all), with this one's
+        checkpoint when that lies within them (validated like any other)."""
         self.store.fork(self.session_id, target_id, upto)
         parts = attrs.evolve(self._parts, session_id=target_id)
         return ContextManager(parts, load_session(parts, create=False))
 
+    @property
+    def fork_point(self) -> lineage.ForkPoint | None:
+        """Where this session was forked from; ``None`` when it was created."""
+        return lineage.fork_point(self.store, self.session_id)
 
-__all__ = ["ContextManager", "ResumeResult", "UsageObservation"]
+
+__all__ = ["ContextManager", "ResumeResult", "SessionWarning", "UsageObservation"]

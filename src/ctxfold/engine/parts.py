@@ -25,7 +25,7 @@ from ctxfold.engine.summarizing import (
     asummarize,
     refuse_loopback_summaries,
 )
-from ctxfold.engine.transcript import Transcript, load_canonical
+from ctxfold.engine.transcript import Transcript, load_canonical, with_role
 from ctxfold.interop.coerce import to_messages, to_tools
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.config import Config
@@ -37,10 +37,11 @@ from ctxfold.kernel.kinds import (
     SIDECAR_FORMAT,
     STORE,
     SUMMARIZER,
+    ProviderDefaults,
     StoreOptions,
     SummarizerOptions,
 )
-from ctxfold.kernel.registry import Registry
+from ctxfold.kernel.registry import UNKNOWN_PROVIDER, Registry
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 from ctxfold.message_checks import check_message
@@ -96,6 +97,26 @@ def checked_batch(messages: Sequence[Any], known: Container[str], where: str
     return [bound_new_message(m) for m in converted], calls
 
 
+class SessionWarning(UserWarning):
+    """Something a host did to a session that is allowed but probably not meant (a system
+    message appended again: a re-run script that resumed its session)."""
+
+
+def repeated_system(session_id: str, canonical: Transcript, batch: Sequence[Message]) -> str:
+    """What to tell a host whose ``batch`` holds a system message the transcript already
+    holds — a script run twice resumes its session and opens it again — or ``""``. The same
+    text each time, so Python's warning filter shows it once per call site."""
+    new = [m.content for m in batch if m.role == "system"]
+    if not new or not len(canonical):
+        return ""
+    held = {m.content for _, m in with_role(canonical, "system")}
+    if not any(text in held for text in new):
+        return ""
+    return (f"session {session_id!r}: a system message it already holds was appended again; "
+            "a script run twice resumes its session — append the opening messages only while "
+            "`cm.canonical` is empty, or open a new session id")
+
+
 def with_model(key: str, model: str) -> str:
     """``key`` with its model part replaced: ``workspace | branch | model``."""
     workspace, branch, _old = ([*key.split("|"), "", "", ""])[:3]
@@ -145,6 +166,11 @@ class SessionParts:
     cache_ttl_minutes: int
     clock: Callable[[], float]
     workspace: str | None = None
+    #: What the configured provider declares (its output budget rule and field): the wire
+    #: forms of a prepared request follow it.
+    provider_defaults: ProviderDefaults = attrs.field(factory=lambda: UNKNOWN_PROVIDER)
+    #: ``False``: requests never offer ``use_capability`` (a host that answers no tool calls).
+    offer_capability: bool = True
 
 
 def build_parts(
@@ -164,6 +190,7 @@ def build_parts(
     cache_ttl_minutes: int | None = None,
     clock: Callable[[], float] | None = None,
     workspace: str | None = None,
+    offer_capability: bool = True,
 ) -> SessionParts:
     """Select every strategy of a session. Explicit parts win over the config's names; a
     passed ``provider`` is the one the ``llm`` summarizer uses and, when the config leaves
@@ -201,6 +228,8 @@ def build_parts(
         cache_ttl_minutes=ttl,
         clock=clock or time.time,
         workspace=workspace,
+        provider_defaults=registry.provider_defaults(resolved),
+        offer_capability=offer_capability,
     )
 
 
@@ -271,4 +300,5 @@ def _read_quietly(store: Store, session_id: str) -> bytes | None:
         return None
 
 
-__all__ = ["LoadedSession", "SessionParts", "build_parts", "load_session"]
+__all__ = ["LoadedSession", "SessionParts", "SessionWarning", "build_parts", "load_session",
+           "repeated_system"]

@@ -4,6 +4,7 @@ observation."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -12,7 +13,10 @@ import attrs
 from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.interop.parts import chat_messages
 from ctxfold.interop.responses import input_items, tool_item
+from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator
+from ctxfold.kernel.fold import PROTOCOL_RESERVE
+from ctxfold.kernel.kinds import ProviderDefaults
 from ctxfold.kernel.outcome import Outcome, PrepareAction
 from ctxfold.kernel.state import CacheState, Projection, label_cache
 from ctxfold.kernel.types import (
@@ -32,6 +36,13 @@ class PreparedRequest:
     ``tokens`` is the admission estimate of the request, ``trigger_tokens`` the trigger it
     was compared with. ``action`` is what this ``prepare()`` did: ``none``, the last install
     (``prune``/``summary``), or ``blocked``/``failed``/``noop`` (a receipt, no install).
+
+    ``offers_capability`` is true when the view holds something the model can look up — a
+    checkpoint or pruned tool results (a projection), or a bounded tool result — and only
+    then; ``tools`` then ends with ``use_capability`` (:data:`ctxfold.USE_CAPABILITY_TOOL`),
+    which the host answers with ``cm.answer(call)``. ``max_output_tokens`` is the output
+    budget the wire forms carry (``None``: the provider's own default), in the chat field
+    ``output_field`` (``to_openai``) or ``max_output_tokens`` (``to_responses``).
     """
 
     messages: tuple[Message, ...]
@@ -43,16 +54,20 @@ class PreparedRequest:
     action: PrepareAction = PrepareAction.NONE
     #: Whether this prepare() installed a prune (possibly followed by a summary).
     pruned: bool = False
+    offers_capability: bool = False
+    max_output_tokens: int | None = None
+    output_field: str = "max_completion_tokens"
 
     @classmethod
     def of(cls, outcome: Outcome, tools: tuple[ToolSchema, ...], projection: Projection | None,
-           trigger_tokens: int) -> PreparedRequest:
-        """The request a maintenance run's ``outcome`` leaves to send."""
+           trigger_tokens: int, **wire: Any) -> PreparedRequest:
+        """The request a maintenance run's ``outcome`` leaves to send (``wire``: the
+        capability offer and the output budget)."""
         return cls(
             messages=tuple(outcome.view), tools=tools, tokens=outcome.tokens,
             projection_version=projection.projection_version if projection else 0,
             trigger_tokens=trigger_tokens, summary_calls=outcome.summary_calls,
-            action=outcome.action, pruned=outcome.pruned,
+            action=outcome.action, pruned=outcome.pruned, **wire,
         )
 
     def to_openai(self) -> dict[str, Any]:
@@ -76,21 +91,62 @@ def to_openai(request: _HasMessagesAndTools) -> dict[str, Any]:
     :class:`PreparedRequest` or a :class:`~ctxfold.SummaryRequest`, ready to send with the
     OpenAI SDK: ``client.chat.completions.create(model=..., **ctxfold.to_openai(p))``.
     Only provider-visible fields; content parts exactly as the host gave them (those of
-    appended Responses items in their chat form; see :func:`to_openai_messages`)."""
+    appended Responses items in their chat form; see :func:`to_openai_messages`). A prepared
+    request's tools include ``use_capability`` when it offers it, and its output budget goes
+    in the provider's chat field (``max_tokens`` for DeepSeek, ``max_completion_tokens``
+    otherwise) when the window needs one."""
     payload: dict[str, Any] = {"messages": to_openai_messages(request.messages)}
     if request.tools:
         payload["tools"] = [tool_schema_to_openai(t) for t in request.tools]
+    if isinstance(request, PreparedRequest) and request.max_output_tokens is not None:
+        payload[request.output_field] = request.max_output_tokens
     return payload
 
 
 def to_responses(request: _HasMessagesAndTools) -> dict[str, Any]:
     """The Responses ``input`` (and ``tools``) of a :class:`PreparedRequest` or a
     :class:`~ctxfold.SummaryRequest`: ``client.responses.create(model=...,
-    **ctxfold.to_responses(p))``. A part type Responses cannot carry is a MessageError."""
+    **ctxfold.to_responses(p))``; a prepared request's output budget as
+    ``max_output_tokens`` when the window needs one. A part type Responses cannot carry is a
+    MessageError."""
     payload: dict[str, Any] = {"input": input_items(request.messages)}
     if request.tools:
         payload["tools"] = [tool_item(t) for t in request.tools]
+    if isinstance(request, PreparedRequest) and request.max_output_tokens is not None:
+        payload["max_output_tokens"] = request.max_output_tokens
     return payload
+
+
+#: The share of the prompt estimate the wire forms' output budget leaves unused. A host that
+#: sends ``to_openai()`` cannot retry an overflow the way ``complete()`` does, and early in a
+#: session the estimate can be a fifth low (calibrated from a first request of a few hundred
+#: tokens, mostly template overhead: 2,788 estimated, 3,301 counted, in the README's session).
+ESTIMATE_MARGIN = 0.25
+
+
+def wire_fields(config: Config, window: int, tokens: int, defaults: ProviderDefaults, *,
+                offers: bool) -> dict[str, Any]:
+    """What :meth:`PreparedRequest.of` takes besides the outcome: the capability offer and
+    the output budget of a request of ``tokens`` in ``window``, in the provider's field."""
+    margin = math.ceil(tokens * ESTIMATE_MARGIN)
+    room = max(1, window - tokens - PROTOCOL_RESERVE - margin)
+    budget = wire_budget(config.agent.max_output_tokens, config.agent.effort, room, defaults)
+    return {"offers_capability": offers, "max_output_tokens": budget,
+            "output_field": defaults.output_field}
+
+
+def wire_budget(max_output_tokens: int, effort: str, room: int,
+                defaults: ProviderDefaults) -> int | None:
+    """The output budget the wire forms carry for a request that leaves ``room`` tokens of
+    the window after its prompt: ``[agent] max_output_tokens`` when set (clipped to the
+    room); else the room when it is smaller than what the provider reserves for output by
+    default (its declared ``output_budget(effort)``: DeepSeek's 64K in thinking mode), so that
+    reservation cannot overflow a small window — the rule ``complete()`` applies; else
+    ``None``, the provider's own default."""
+    if max_output_tokens > 0:
+        return min(max_output_tokens, room) if room > 0 else max_output_tokens
+    auto = defaults.output_budget(effort)
+    return room if 0 < room < auto else None
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

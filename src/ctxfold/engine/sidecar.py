@@ -19,12 +19,23 @@ from typing import Any
 
 import attrs
 
-from ctxfold.kernel.contracts import SidecarCodec, Store
+from ctxfold.kernel.config import Config
+from ctxfold.kernel.contracts import Estimator, SidecarCodec, Store
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash, fingerprint
-from ctxfold.kernel.state import SIDECAR_SCHEMA_VERSION, SidecarState
+from ctxfold.kernel.state import SIDECAR_SCHEMA_VERSION, SessionSettings, SidecarState
 from ctxfold.kernel.types import Message, utc_now
 from ctxfold.message_checks import SURROGATE_ESCAPE, repair_surrogates
+
+
+def session_settings(window: int, trigger_tokens: int, config: Config, estimator: Estimator
+                     ) -> SessionSettings:
+    """What a session runs with now, as its sidecar records it."""
+    return SessionSettings(
+        window=window, trigger_tokens=trigger_tokens,
+        compact_ratio=config.agent.compact_ratio, model=config.provider.model,
+        provider=config.provider.name,
+        estimator=str(getattr(estimator, "name", "") or type(estimator).__name__))
 
 
 def fresh_state() -> SidecarState:
@@ -242,6 +253,7 @@ __all__ = [
     "fresh_state",
     "load_sidecar",
     "save_sidecar",
+    "session_settings",
     "sidecar_bytes",
     "validate_projection",
 ]

@@ -50,6 +50,8 @@ class ProviderDefaults:
     ``output_budget(effort)`` is the output the provider uses when ``max_output_tokens`` is
     0; with ``omit_output_field`` the request omits the field unless the window leaves less
     room than that budget (DeepSeek), otherwise the budget is always sent (a ladder).
+    ``output_field``: the chat field of the output budget. ``estimator``: what an empty
+    ``[estimator] name`` selects (when registered).
     ``parse_overflow(status, body)`` recognises a context-overflow error body (``None``: the
     transport's generic parser). ``request_id_headers`` are read, in order, for error
     messages and receipts. ``loopback``: answers locally without a model (the emulator), so
@@ -63,6 +65,8 @@ class ProviderDefaults:
     api_key_env: str = ""
     output_budget: OutputBudget = _no_budget
     omit_output_field: bool = False
+    output_field: str = "max_completion_tokens"
+    estimator: str = ""
     parse_overflow: Callable[[int, str], Any] | None = None
     request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
     headers: Mapping[str, str] = attrs.field(factory=dict)

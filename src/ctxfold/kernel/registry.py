@@ -18,6 +18,7 @@ import pluggy
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.errors import PluginError
 from ctxfold.kernel.kinds import (
+    ESTIMATOR,
     KIND_BY_NAME,
     KINDS,
     PROVIDER,
@@ -202,7 +203,12 @@ class Registry:
         provider declares; explicit values win. ``sources`` (when given) records where each
         filled value came from (``plugin default (…)``, ``provider default (<name>)``)."""
         found: dict[str, str] = {}  # recorded only once everything resolved
-        config = strategy_fill(config, self, found)
+        named = strategy_fill(config, self, found)  # the estimator the provider declares:
+        declared = "" if config.estimator.name else self.provider_defaults(named).estimator
+        if declared in self.names(ESTIMATOR):
+            found["estimator.name"] = f"provider default ({named.provider.name})"
+            named = attrs.evolve(named, estimator=attrs.evolve(named.estimator, name=declared))
+        config = named
         filled = provider_fill(config, self.provider_defaults(config))
         if sources is not None:
             sources.update(found)

@@ -120,6 +120,18 @@ class TelemetryRecord:
 
 
 @attrs.frozen
+class SessionSettings:
+    """What a session ran with at its last sidecar write (``ctxfold inspect`` shows it)."""
+
+    window: int = 0
+    trigger_tokens: int = 0
+    compact_ratio: float = 0.0
+    model: str = ""
+    provider: str = ""
+    estimator: str = ""
+
+
+@attrs.frozen
 class SidecarState:
     """The content of ``<session>.context.json`` in schema v3 (SPEC §4.2)."""
 
@@ -132,6 +144,7 @@ class SidecarState:
     last_receipt: Receipt | None = None
     telemetry: tuple[TelemetryRecord, ...] = ()
     updated_at: str = ""
+    settings: SessionSettings | None = None
 
 
 def label_cache(

@@ -39,6 +39,7 @@ from ctxfold.kernel.state import (
     Receipt,
     ReceiptAction,
     ReceiptStatus,
+    SessionSettings,
     SidecarState,
     TelemetryRecord,
 )
@@ -56,6 +57,7 @@ LEGACY_FIELDS = (
     "context_editing_fallback_local",
 )
 _TELEMETRY_KINDS = frozenset(("prepare", "install", "resume"))
+_SETTINGS = frozenset(f.name for f in attrs.fields(SessionSettings))
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -107,7 +109,20 @@ class SidecarV3Codec:
                                                        and record["kind"] in _TELEMETRY_KINDS)
             ),
             updated_at=self._get(data, "updated_at", str, ""),
+            settings=self._settings(data.get("settings")),
         )
+
+    def _settings(self, data: Any) -> SessionSettings | None:
+        # What the session ran with is shown by `inspect`, never acted on: a damaged record
+        # reads as none rather than discarding the checkpoint beside it.
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            settings: SessionSettings = self._conv.structure(
+                {k: v for k, v in data.items() if k in _SETTINGS}, SessionSettings)
+        except Exception:
+            return None
+        return settings
 
     @staticmethod
     def _version(value: Any) -> int:
@@ -173,6 +188,7 @@ class SidecarV3Codec:
             "last_receipt": None if state.last_receipt is None else _fields(state.last_receipt),
             "telemetry": [_fields(record) for record in state.telemetry],
             "updated_at": state.updated_at,
+            "settings": None if state.settings is None else _fields(state.settings),
         }
 
 

@@ -4,7 +4,7 @@
 
     {"version": 3, "profile": str, "window": int, "reserve_output": int,
      "summary_tokens": int, "equal_summary_length": bool, "summarizer": str,
-     "sessions": [{"name", "messages", "requests", "probes", "facts",
+     "sessions": [{"name", "source", "messages", "requests", "probes", "facts",
                    "references": {"unlimited": {"cost_usd"}},
                    "policies": {POLICY: {<numeric fields>, "failed", "failure",
                                          "cost_breakdown": {...}, "retention": {...},
@@ -126,6 +126,7 @@ def report_json(sessions: Sequence[SessionResult], *, profile: str, window: int,
         "sessions": [
             {
                 "name": s.name,
+                "source": s.source,
                 "messages": s.messages,
                 "requests": s.requests,
                 "probes": s.probes,

@@ -145,7 +145,9 @@ def cheapest_note(results: Mapping[str, PolicyResult],
     """What the cheapest policy saved, where (the largest part of the cost breakdown), and
     what it gave up, against ctxfold (or, when ctxfold is the cheapest, against the
     runner-up). With ``vs`` (several sessions, see :func:`paired`) the comparison is on the
-    sessions both completed, cost and fidelity alike."""
+    sessions both completed, cost and fidelity alike. ctxfold's own variants
+    (``ctxfold-plain``) are never the policy it is compared with: the headline is about the
+    other systems."""
     if vs is not None:
         ranked = sorted((p.cost_ratio, n) for n, p in vs.items()
                         if not is_ctxfold(n) and p.cost_ratio is not None)
@@ -161,7 +163,8 @@ def cheapest_note(results: Mapping[str, PolicyResult],
         if a is None or b is None:
             return text + "."
         return text + _saving_clause(a, b) + _fidelity_clause(a, b, "ctxfold") + "."
-    done = sorted(((r.cost_usd, n) for n, r in results.items() if not r.failed))
+    done = sorted(((r.cost_usd, n) for n, r in results.items()
+                   if not r.failed and (n == "ctxfold" or not _ours(n))))
     if len(done) < 2:
         return ""
     names = [name for _cost, name in done]
@@ -172,6 +175,11 @@ def cheapest_note(results: Mapping[str, PolicyResult],
     text = (f"{cheapest} is the cheapest (${a.cost_usd:.4f}, {saved / b.cost_usd:.0%} under "
             f"{other})")
     return text + _saving_clause(a, b) + _fidelity_clause(a, b, other) + "."
+
+
+def _ours(name: str) -> bool:
+    """ctxfold itself or one of its variants (``ctxfold-plain``)."""
+    return name == "ctxfold" or name.startswith("ctxfold-")
 
 
 def _saving_clause(a: PolicyResult, b: PolicyResult) -> str:

@@ -132,6 +132,8 @@ class SessionResult:
     trigger: int
     probes: int = 0
     facts: int = 0
+    #: The file or folder the session was imported from ("" for a generated one).
+    source: str = ""
 
 
 def totals(sessions: Sequence[SessionResult]) -> dict[str, PolicyResult]:

@@ -246,6 +246,7 @@ def replay_session(
                 [(r.retention, r.after_first_fold) for r in track.result.records])
         return SessionResult(
             name=session.name,
+            source=str(session.source) if str(session.source) not in ("", ".") else "",
             messages=len(messages),
             requests=sum(1 for m in messages if m.role == "assistant"),
             policies={name: track.result for name, track in tracks.items()},

@@ -23,7 +23,6 @@ from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.interop.responses import tool_item
 from ctxfold.kernel.contracts import Provider
 from ctxfold.kernel.errors import ConfigError
-from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import SummaryRequest, SummaryResult
 from ctxfold.plugins.summarizers.llm import LLMSummarizer
 from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
@@ -40,12 +39,10 @@ _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_c
 _TOOL_FIELDS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
 
 
-def offers_capability(prepared: PreparedRequest) -> bool:
-    """Whether the view gives ``use_capability`` something to do: a checkpoint summary or a
-    bounded tool result to page (or an earlier call of it to continue)."""
-    return any(is_summary_message(m) or (m.role == "tool" and "result_ref=" in m.content)
-               or any(c.name == USE_CAPABILITY_TOOL.name for c in m.tool_calls)
-               for m in prepared.messages)
+def _called(prepared: PreparedRequest) -> bool:
+    """The view shows the model calling ``use_capability``: keep offering what it used."""
+    return any(c.name == USE_CAPABILITY_TOOL.name for m in prepared.messages
+               for c in m.tool_calls)
 
 
 def http_provider_of(provider: Provider) -> HttpProvider:
@@ -142,7 +139,7 @@ class Upstream:
         fields = request.fields if request.wire == self.wire else translate_fields(
             request.fields, self.wire)
         tools = self.tools(request)
-        if offers_capability(prepared):
+        if prepared.offers_capability or _called(prepared):
             tools.append(tool_schema_to_openai(USE_CAPABILITY_TOOL) if self.wire == "chat"
                          else tool_item(USE_CAPABILITY_TOOL))
         for key, value in fields.items():

@@ -190,22 +190,61 @@ def test_rewind_keeps_the_sidecar_only_if_its_projection_still_fits(
             store.rewind("s", bad)
 
 
-def test_fork_copies_a_prefix_without_the_sidecar(stores) -> None:
+def test_fork_copies_a_prefix_and_records_where_it_came_from(stores) -> None:
     store = stores()
     store.create("s")
     store.append("s", msgs(3))
-    store.write_sidecar("s", sidecar(None))
     store.fork("s", "f", 2)
     store.fork("s", "all")
-    assert contents(store.load("f")) == ["m0", "m1"] and store.read_sidecar("f") is None
+    assert contents(store.load("f")) == ["m0", "m1"]
     assert contents(store.load("all")) == ["m0", "m1", "m2"]
     store.append("f", msgs(1, "f"))
     assert contents(store.load("s")) == ["m0", "m1", "m2"]  # the source is untouched
+    point = stores().fork_point("f")
+    assert (point.parent, point.at, point.reason) == ("s", 2, "fork") and point.created_at
+    assert store.fork_point("all").at == 3 and store.fork_point("s") is None
     with pytest.raises(SessionError, match="already exists"):
         store.fork("s", "f")
     with pytest.raises(SessionError, match="upto"):
         store.fork("s", "g", 9)
     assert not store.exists("g")
+    store.delete("s")  # a fork outlives its parent, and keeps saying where it came from
+    assert store.fork_point("f").parent == "s"
+
+
+@pytest.mark.parametrize(("covered", "upto", "copied"), [
+    (None, 2, True), (2, 1, False), (2, 2, True), (2, 3, True)])
+def test_fork_carries_the_sidecar_when_its_projection_lies_within_the_fork_point(
+        stores, covered: int | None, upto: int, copied: bool) -> None:
+    store = stores()
+    store.create("s")
+    store.append("s", msgs(4))
+    store.write_sidecar("s", sidecar(covered))
+    store.fork("s", "f", upto)
+    assert store.read_sidecar("f") == (sidecar(covered) if copied else None)
+    assert store.read_sidecar("s") == sidecar(covered)
+
+
+def test_rewind_keeping_the_history_deletes_nothing(stores) -> None:
+    store = stores()
+    store.create("s")
+    store.append("s", msgs(2))
+    store.append("s", msgs(3, "n"))
+    store.write_sidecar("s", sidecar(4))
+    store.rewind("s", 1, keep_as="s-rewound-1")
+    assert contents(store.load("s")) == ["m0"] and store.read_sidecar("s") is None
+    assert contents(stores().load("s-rewound-1")) == ["m0", "m1", "n0", "n1", "n2"]
+    assert store.read_sidecar("s-rewound-1") == sidecar(4)  # its checkpoint still holds
+    point = store.fork_point("s-rewound-1")
+    assert (point.parent, point.at, point.reason) == ("s", 1, "rewind")
+    with pytest.raises(SessionError, match="already exists"):
+        store.rewind("s", 0, keep_as="s-rewound-1")
+    assert contents(store.load("s")) == ["m0"]  # refused whole: nothing was cut
+    store.rewind("s", 1, keep_as="unused")  # nothing to drop: nothing is written
+    assert not store.exists("unused")
+    with pytest.raises(SessionError, match="upto"):
+        store.rewind("s", 5, keep_as="bad")
+    assert not store.exists("bad")
 
 
 def test_delete_removes_transcript_and_sidecars_of_that_session_only(stores) -> None:

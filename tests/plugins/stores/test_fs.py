@@ -420,7 +420,7 @@ def test_a_huge_line_is_parsed_on_its_own_not_copied_into_the_bulk_parse(
 # -- fork / rewind / delete --------------------------------------------------------------------
 
 
-def test_fork_copies_prefix_bytes_and_no_sidecar(store: FsStore) -> None:
+def test_fork_copies_prefix_bytes_and_a_sidecar_without_projection(store: FsStore) -> None:
     store.create("src")
     store.append("src", _msgs(2))
     store.append("src", _msgs(3, start=2))
@@ -439,7 +439,8 @@ def test_fork_copies_prefix_bytes_and_no_sidecar(store: FsStore) -> None:
     four = (store.root / "four.jsonl").read_bytes().splitlines()
     assert four[2].startswith(b'{"batch":"1/2",') and four[3].startswith(b'{"batch":"2/2",')
     assert FsStore(store.root).load("four") == _msgs(4)
-    assert store.read_sidecar("two") is None
+    assert store.read_sidecar("two") == b'{"schema_version": 3}\n'  # no projection: it fits
+    assert json.loads((store.root / "two.parent.json").read_bytes())["parent"] == "src"
     assert store.load("src") == _msgs(5)  # the source is untouched
     with pytest.raises(SessionError, match="already exists"):
         store.fork("src", "two")

@@ -11,8 +11,9 @@ most two folds, 5 % tail, pinned head). Summary requests are counted from the su
 calls (the shared summarizer is wrapped to record them). A ``CompactionRequiredError`` ends
 the run as failed.
 
-As a host deploys it: the session's tools plus ctxfold's ``use_capability`` tool (the history
-search its summaries point to), so the engine counts that schema and every request bills it.
+As a host deploys it: the session's tools, and ctxfold's ``use_capability`` tool (the history
+search its summaries point to) once the view holds a checkpoint or a bounded result, as the
+engine offers it by default — the engine counts that schema and those requests bill it.
 A summary is billed in full: the last summary call of a request answers with the text the
 checkpoint installed (the briefing and its appended facts list), not only the briefing.
 """
@@ -23,7 +24,6 @@ import re
 
 import attrs
 
-from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.engine.opening import open_session
 from ctxfold.kernel.config import AgentConfig, CheckpointConfig, SummarizerConfig
 from ctxfold.kernel.errors import MaintenanceError, PolicyFailedError
@@ -80,7 +80,7 @@ class CtxfoldPolicy:
             session_id,
             config=config,
             registry=registry,
-            tools=(*setup.tools, USE_CAPABILITY_TOOL),
+            tools=setup.tools,
             estimator=setup.estimator,
             summarizer=self.recorder,
             window=setup.window,
@@ -122,7 +122,7 @@ class CtxfoldPolicy:
             summaries=tuple(calls),
             installed=installed,
             prunes=1 if prepared.pruned else 0,
-            tools=tuple(prepared.tools),
+            tools=tuple(prepared.tools),  # use_capability too, once it has something to offer
         )
 
     def canonical(self) -> tuple[Message, ...]:

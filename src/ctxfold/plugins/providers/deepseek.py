@@ -45,6 +45,7 @@ DEFAULTS = ProviderDefaults(
     api_key_env="DEEPSEEK_API_KEY",
     output_budget=server_default_max_tokens,
     omit_output_field=True,
+    output_field="max_tokens",
     request_id_headers=("x-request-id", "x-deepseek-request-id", "request-id"),
 )
 _EFFORT = {"low": "low", "medium": "high", "high": "high", "max": "max"}
@@ -63,7 +64,7 @@ class DeepSeekTranslator(ChatCompletionsTranslator):
         the field is omitted, unless the room left in the window is smaller than the server's
         own default for this effort: then the clipped value is sent."""
         budget = output_budget(request, DEFAULTS)
-        return {} if budget is None else {"max_tokens": budget}
+        return {} if budget is None else {DEFAULTS.output_field: budget}
 
     def thinking_fields(self, request: ChatRequest) -> dict[str, Any]:
         """``none`` turns thinking off; other efforts pick the reasoning depth."""

@@ -52,7 +52,7 @@ class MiMoTranslator(ChatCompletionsTranslator):
 
     def budget_fields(self, request: ChatRequest) -> dict[str, Any]:
         """``max_completion_tokens`` from the ladder (explicit values win)."""
-        return {"max_completion_tokens": output_budget(request, DEFAULTS)}
+        return {DEFAULTS.output_field: output_budget(request, DEFAULTS)}
 
     def thinking_fields(self, request: ChatRequest) -> dict[str, Any]:
         """Thinking on unless effort is ``none``."""

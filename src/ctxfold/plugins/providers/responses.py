@@ -43,7 +43,8 @@ from ctxfold.transport.provider import (
 
 #: What OpenAI declares here: gpt-5.5 with a 400K window (the gpt-5 family's; newer models
 #: may be larger — set ``[provider] context_window``), the in-memory cache's 10 minutes
-#: (https://platform.openai.com/docs/guides/prompt-caching), the output ladder.
+#: (https://platform.openai.com/docs/guides/prompt-caching), the output ladder, and OpenAI's
+#: own BPE (``tiktoken``) for counting.
 DEFAULTS = ProviderDefaults(
     model="gpt-5.5",
     context_window=400_000,
@@ -51,6 +52,7 @@ DEFAULTS = ProviderDefaults(
     base_url="https://api.openai.com/v1",
     api_key_env="OPENAI_API_KEY",
     output_budget=ladder_budget,
+    estimator="tiktoken",
 )
 NAME = "responses"
 

@@ -7,11 +7,16 @@ Files of session ``<id>`` under the store root (see ``docs/formats.md``):
 * ``<id>.tokens-<estimator key>`` — the token-count cache (``ctxfold.engine.counts``);
 * ``<id>.prefix`` — the vouched-prefix cache (``fs_prefix``: reopening without decoding);
 * ``<id>.lock`` — the inter-process lock taken by every mutating operation;
+* ``<id>.parent.json`` — where a forked session came from (:class:`~ctxfold.ForkPoint`);
 * ``<id>.jsonl.corrupt`` — torn tails recovered from crashed appends (appended, never
   overwritten);
 * ``<id>.context.json.invalid-<UTC timestamp>`` — discarded sidecars, kept for audit;
-* ``.<id>.*.tmp`` — temp files of writes in flight; those a killed writer left are removed,
-  once older than a minute, by the first write to the session in a process.
+* ``.<id>.<kind>.<random>.tmp`` — temp files of writes in flight; those a killed writer left
+  are removed, once older than a minute, by the first write to the session in a process.
+
+No variable part of these names (the token-count key, the timestamp, the random part) holds a
+dot, so every file belongs to exactly one session id: deleting ``a`` never touches a file of
+``a.tokens-x`` (:func:`~ctxfold.plugins.stores.fs_files.side_files_pattern`).
 
 Files are created 0600 and the root 0700. Readers take no lock: an append is one
 ``write`` call under the lock, so a lock-free reader sees complete lines or an unfinished
@@ -27,25 +32,29 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ctxfold.atomic import FILE_MODE, atomic_write, ensure_dir, fsync_dir, sweep_temps
+from ctxfold.atomic import (
+    STALE_TEMP_SECONDS,
+    ensure_dir,
+    fsync_dir,
+)
 from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import Appended, Message
+from ctxfold.plugins.stores.fs_branches import BranchFiles
 from ctxfold.plugins.stores.fs_files import (
     TranscriptCache,
     append_durably,
     create_empty,
-    projection_within,
-    publish_new,
     recover_torn,
     revision_of,
     session_ids,
     session_lock,
     side_files_pattern,
     stat_key,
+    sweep_session_temps,
 )
-from ctxfold.plugins.stores.fs_lines import cut_prefix, encode_lines, line_ends, parse_transcript
+from ctxfold.plugins.stores.fs_lines import encode_lines, line_ends, parse_transcript
 from ctxfold.plugins.stores.fs_prefix import PrefixFiles, PrefixMemos
 from ctxfold.plugins.stores.fs_sidecar import CountFiles, SidecarFiles, StoreWarning, store_warning
 from ctxfold.session_id import validate_session_id
@@ -56,7 +65,7 @@ log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 60.0
 
 
-class FsStore(SidecarFiles, CountFiles, PrefixFiles):
+class FsStore(SidecarFiles, CountFiles, PrefixFiles, BranchFiles):
     """Durable transcripts and sidecars in one directory (implements ``Store``).
 
     Parsed transcripts are cached per session, keyed by the file's (inode, size, mtime_ns),
@@ -89,7 +98,7 @@ class FsStore(SidecarFiles, CountFiles, PrefixFiles):
         with session_lock(self.root / f"{session_id}.lock", f"session {session_id!r}",
                           LOCK_TIMEOUT):
             if session_id not in self._swept:  # the first write: temp files of killed ones
-                sweep_temps(self.root, f"{session_id}.")
+                sweep_session_temps(self.root, session_id, STALE_TEMP_SECONDS)
                 self._swept.add(session_id)
             yield
 
@@ -216,69 +225,28 @@ class FsStore(SidecarFiles, CountFiles, PrefixFiles):
         except FileNotFoundError:
             return None
 
-    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None:
-        """Create ``target_id`` from the first ``upto`` messages of ``source_id``.
-
-        The lines are copied byte for byte; no sidecar is copied (the new session starts
-        with the plain transcript as its view).
-        """
-        target = self.transcript_path(target_id)
-        with self._locked(source_id):
-            messages, ends, data = self._load_locked(source_id)
-            count = len(messages) if upto is None else self._check_upto(source_id, upto, ends)
-            prefix = cut_prefix(data, ends, messages, count)
-        if target.exists():
-            raise SessionError(
-                f"cannot fork {source_id!r}: session {target_id!r} already exists in store "
-                f"{self.root}; choose another id or delete it first"
-            )
-        try:
-            publish_new(target, prefix)
-        except FileExistsError:
-            raise SessionError(
-                f"cannot fork {source_id!r}: session {target_id!r} was created concurrently "
-                f"in store {self.root}"
-            ) from None
-
-    def _check_upto(self, session_id: str, upto: int, ends: list[int]) -> int:
-        if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= len(ends):
-            raise SessionError(
-                f"session {session_id!r} has {len(ends)} messages; upto={upto!r} must be an "
-                f"integer from 0 to {len(ends)}"
-            )
-        return upto
-
-    def rewind(self, session_id: str, upto: int) -> None:
-        """Keep only the first ``upto`` messages (atomic rewrite of the transcript).
-
-        The sidecar is kept when its projection still lies inside the kept prefix
-        (``projection.covered_count <= upto``, so no paid checkpoint is thrown away);
-        otherwise it is discarded (moved aside) and the view falls back to the transcript.
-        """
-        with self._locked(session_id):
-            messages, ends, data = self._load_locked(session_id)
-            count = self._check_upto(session_id, upto, ends)
-            if count == len(messages):
-                return
-            path = self.transcript_path(session_id)
-            atomic_write(path, cut_prefix(data, ends, messages, count), mode=FILE_MODE,
-                         sweep=False)
-            self._cache.put(session_id, stat_key(path.stat()), messages[:count])
-            if not projection_within(self._read_sidecar_file(session_id), count):
-                # Expected consequence of the user's rewind, not a repair: log, don't warn.
-                self._discard_locked(session_id, f"rewind to {count} messages", warn=False)
+    def session_files(self, session_id: str) -> list[Path]:
+        """Every file of the session, in the order :meth:`delete` removes them: side files
+        (sidecar, discarded sidecars, caches, fork record, temp files), then the transcript,
+        then the lock. Named exactly (:func:`side_files_pattern`): never a neighbour's."""
+        self._stat(session_id)
+        pattern = side_files_pattern(session_id)
+        side = [self.root / name for name in sorted(os.listdir(self.root))
+                if pattern.fullmatch(name)]
+        lock = self.root / f"{session_id}.lock"
+        return [*side, self.transcript_path(session_id), *([lock] if lock.exists() else [])]
 
     def delete(self, session_id: str) -> None:
-        """Remove every file of the session: sidecar (and discarded ones), side files,
-        transcript, lock. Sidecar first, transcript last: a crash midway leaves a session
-        without a sidecar (rebuilt on load), never a sidecar without its session."""
+        """Remove every file of the session (:meth:`session_files`) and nothing else.
+        Sidecar first, transcript last: a crash midway leaves a session without a sidecar
+        (rebuilt on load), never a sidecar without its session."""
         with self._locked(session_id):
-            self._stat(session_id)
-            pattern = side_files_pattern(session_id)
-            for name in sorted(os.listdir(self.root)):
-                if pattern.fullmatch(name):
-                    (self.root / name).unlink(missing_ok=True)
-            self.transcript_path(session_id).unlink()
+            files = self.session_files(session_id)
+            transcript = self.transcript_path(session_id)
+            for path in files:
+                if path != transcript and not path.name.endswith(".lock"):
+                    path.unlink(missing_ok=True)
+            transcript.unlink()
             self._cache.forget(session_id)
             (self.root / f"{session_id}.lock").unlink(missing_ok=True)
         fsync_dir(self.root)

@@ -12,13 +12,17 @@ import json
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
+import attrs
+
 from ctxfold.atomic import FILE_MODE, fsync_dir
+from ctxfold.engine.lineage import ForkPoint
 from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.types import Message
 from ctxfold.session_id import validate_session_id
@@ -158,6 +162,26 @@ def projection_within(sidecar: bytes | None, count: int) -> bool:
         return False  # unreadable: it would be discarded on the next load anyway
 
 
+def encode_fork_point(point: ForkPoint) -> bytes:
+    """A fork record as the ``fs`` store writes it (``<id>.parent.json``)."""
+    return (json.dumps(attrs.asdict(point), ensure_ascii=False) + "\n").encode()
+
+
+def decode_fork_point(data: bytes | None) -> ForkPoint | None:
+    """A fork record (file or row); ``None`` when there is none or it is unreadable (it is
+    information for people, never something the engine acts on)."""
+    if not data:
+        return None
+    try:
+        raw = json.loads(data)
+        point = ForkPoint(parent=str(raw["parent"]), at=int(raw["at"]),
+                          reason=str(raw.get("reason", "fork")),
+                          created_at=str(raw.get("created_at", "")))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    return point
+
+
 class TranscriptCache:
     """Parsed transcripts of the most recently used sessions, keyed by file identity, so
     re-loading an unchanged session costs one ``stat``."""
@@ -194,16 +218,43 @@ def revision_of(st: os.stat_result) -> str:
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
+#: The one-segment suffixes of a session's side files. Every name the store gives a file of
+#: session ``<id>`` is ``<id>.`` + one of these families, or a temp file ``.<id>.<kind>.<r>.tmp``;
+#: none of the variable parts (the token-count key, the timestamp, the random part of a temp
+#: name) holds a dot. So the last dot-separated parts of a name say which family it is, and
+#: what is left before them is the id: no file of another session — however its id is spelt,
+#: ``a.tokens-x`` included — can have a name of session ``a``'s.
+_SIDE_FILES = (r"context\.json|jsonl\.corrupt|prefix|parent\.json|tokens-[A-Za-z0-9_-]+|"
+               r"context\.json\.invalid-\d{8}T\d{12}Z(?:-\d+)?")
+_TEMP_KINDS = r"jsonl|context\.json|parent\.json"
+
+
 def side_files_pattern(session_id: str) -> re.Pattern[str]:
     """The names of a session's files besides its transcript and lock: sidecar, discarded
-    sidecars, torn tails, token-count and vouched-prefix records, temp files of writes in
-    flight."""
-    return re.compile(
-        rf"{re.escape(session_id)}\.(context\.json|jsonl\.corrupt|prefix|"
-        rf"tokens-[A-Za-z0-9._-]+|"
-        rf"context\.json\.invalid-\d{{8}}T\d{{12}}Z(-\d+)?)"
-        rf"|\.{re.escape(session_id)}\.(jsonl|context\.json)\.[^.]+\.tmp"
-    )
+    sidecars, torn tails, token-count and vouched-prefix records, its fork record, temp files
+    of writes in flight — matched exactly (``fullmatch``), never a neighbour's."""
+    sid = re.escape(validate_session_id(session_id))
+    return re.compile(rf"{sid}\.(?:{_SIDE_FILES})|\.{sid}\.(?:{_TEMP_KINDS})\.[^.]+\.tmp")
+
+
+def temp_files_pattern(session_id: str) -> re.Pattern[str]:
+    """The temp files of the session's writes in flight (``.<id>.jsonl.<r>.tmp``, …)."""
+    sid = re.escape(validate_session_id(session_id))
+    return re.compile(rf"\.{sid}\.(?:{_TEMP_KINDS})\.[^.]+\.tmp")
+
+
+def sweep_session_temps(root: Path, session_id: str, older_than: float) -> None:
+    """Remove the temp files killed writes of this session left, once older than
+    ``older_than`` seconds (only this session's: a neighbour's are never touched)."""
+    pattern = temp_files_pattern(session_id)
+    cutoff = time.time() - older_than
+    with suppress(OSError):
+        for name in os.listdir(root):
+            if name.startswith(".") and pattern.fullmatch(name):
+                with suppress(OSError):  # gone meanwhile
+                    path = root / name
+                    if path.is_file() and path.lstat().st_mtime < cutoff:
+                        path.unlink()
 
 
 def session_ids(root: Path) -> list[str]:

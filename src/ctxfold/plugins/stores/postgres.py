@@ -15,8 +15,10 @@ the ``fs`` store's line text, so a ``store copy`` between the two is byte-identi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
+from ctxfold.engine.lineage import ForkPoint
 from ctxfold.kernel.errors import SessionError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
@@ -169,22 +171,52 @@ class PostgresStore(Connection):
     # -- explicit operations -----------------------------------------------------------------
 
     def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None:
-        """A new session from the first ``upto`` messages (no sidecar), in one transaction."""
+        """A new session from the first ``upto`` messages, in one transaction, with the
+        source's sidecar when its projection lies within them (as ``fs`` does) and the fork
+        record (:meth:`fork_point`)."""
         target_id = validate_session_id(target_id)
         with self._tx(f"fork {source_id!r} to {target_id!r}") as cur:
             _, _, length, _, _ = self._session(cur, source_id)
             count = length if upto is None else self._check_upto(source_id, upto, length)
-            cur.execute("INSERT INTO ctxfold_sessions (id, revision, length, batches) "
-                        "SELECT %s, 1, %s, coalesce(max(batch), 0) FROM ctxfold_messages "
-                        "WHERE session_id = %s AND position < %s ON CONFLICT DO NOTHING",
-                        (target_id, count, source_id, count))
-            if cur.rowcount == 0:
-                raise SessionError(f"cannot fork {source_id!r}: session {target_id!r} already "
-                                   "exists in the postgres store; choose another id or delete "
-                                   "it first")
-            cur.execute("INSERT INTO ctxfold_messages (session_id, position, batch, message) "
-                        "SELECT %s, position, batch, message FROM ctxfold_messages WHERE "
-                        "session_id = %s AND position < %s", (target_id, source_id, count))
+            self._copy(cur, source_id, target_id, count, ForkPoint(source_id, count, "fork"),
+                       sidecar_within=count)
+
+    def _copy(self, cur: Any, source_id: str, target_id: str, count: int, point: ForkPoint, *,
+              sidecar_within: int | None) -> None:
+        """Create ``target_id`` holding the source's first ``count`` messages and the fork
+        record ``point``, with the source's sidecar when its projection lies within
+        ``sidecar_within`` messages (``None``: always)."""
+        cur.execute("INSERT INTO ctxfold_sessions (id, revision, length, batches, parent_id, "
+                    "fork_at, fork_reason, forked_at) SELECT %s, 1, %s, "
+                    "coalesce(max(batch), 0), %s, %s, %s, clock_timestamp() FROM "
+                    "ctxfold_messages WHERE session_id = %s AND position < %s "
+                    "ON CONFLICT DO NOTHING",
+                    (target_id, count, point.parent, point.at, point.reason, source_id, count))
+        if cur.rowcount == 0:
+            raise SessionError(f"cannot fork {source_id!r}: session {target_id!r} already "
+                               "exists in the postgres store; choose another id or delete "
+                               "it first")
+        cur.execute("INSERT INTO ctxfold_messages (session_id, position, batch, message) "
+                    "SELECT %s, position, batch, message FROM ctxfold_messages WHERE "
+                    "session_id = %s AND position < %s", (target_id, source_id, count))
+        cur.execute("SELECT data FROM ctxfold_sidecars WHERE session_id = %s", (source_id,))
+        row = cur.fetchone()
+        if row is not None and (sidecar_within is None
+                                or projection_within(bytes(row[0]), sidecar_within)):
+            self._put_sidecar(cur, target_id, bytes(row[0]))
+
+    def fork_point(self, session_id: str) -> ForkPoint | None:
+        """Where the session was forked from; ``None`` for a session that was created."""
+        with self._tx(f"read the fork record of {session_id!r}") as cur:
+            self._session(cur, session_id, lock=False)
+            cur.execute("SELECT parent_id, fork_at, fork_reason, forked_at FROM "
+                        "ctxfold_sessions WHERE id = %s", (session_id,))
+            parent, at, reason, when = cur.fetchone()
+        if parent is None:
+            return None
+        created = when.astimezone(UTC).isoformat().replace("+00:00", "Z") if when else ""
+        return ForkPoint(parent=parent, at=int(at or 0), reason=reason or "fork",
+                         created_at=created)
 
     @staticmethod
     def _check_upto(session_id: str, upto: int, length: int) -> int:
@@ -193,12 +225,21 @@ class PostgresStore(Connection):
                                f"must be an integer from 0 to {length}")
         return upto
 
-    def rewind(self, session_id: str, upto: int) -> None:
+    def rewind(self, session_id: str, upto: int, *, keep_as: str | None = None) -> None:
         """Keep the first ``upto`` messages; the sidecar is kept if its projection lies
-        inside them, else discarded (as ``fs`` does)."""
+        inside them, else discarded (as ``fs`` does). With ``keep_as`` the whole history
+        and its sidecar are first copied to the new session ``keep_as`` (a fork at ``upto``
+        with reason ``"rewind"``), in the same transaction: a rewind deletes nothing."""
+        if keep_as is not None:
+            keep_as = validate_session_id(keep_as)
         with self._tx(f"rewind session {session_id!r}") as cur:
             _, _, length, _, _ = self._session(cur, session_id)
             count = self._check_upto(session_id, upto, length)
+            if count == length:
+                return
+            if keep_as is not None:
+                self._copy(cur, session_id, keep_as, length,
+                           ForkPoint(session_id, count, "rewind"), sidecar_within=None)
             cur.execute("DELETE FROM ctxfold_messages WHERE session_id = %s AND position >= %s",
                         (session_id, count))
             cur.execute("UPDATE ctxfold_sessions SET revision = revision + 1, length = %s, "

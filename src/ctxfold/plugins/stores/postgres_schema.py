@@ -17,6 +17,10 @@ Version 1 (``docs/stores.md`` draws it):
 Version 2 adds ``ctxfold_token_counts(session_id, key)``: the token-count cache of a session
 per estimator key (bytes appended to; ``ctxfold.engine.counts``).
 
+Version 3 adds the fork record to ``ctxfold_sessions``: ``parent_id``, ``fork_at``,
+``fork_reason`` (``fork`` or ``rewind``) and ``forked_at`` — where a forked session came
+from (:class:`~ctxfold.ForkPoint`); null for a session that was created.
+
 Migrations run under a transaction-scoped advisory lock, so two processes starting at once
 never both create the tables; a database whose schema is newer than this ctxfold is refused.
 """
@@ -29,7 +33,7 @@ from typing import Any
 from ctxfold.kernel.errors import ConfigError, StoreError
 
 #: The schema version this ctxfold writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: ``pg_advisory_xact_lock`` key of schema migrations (an arbitrary, fixed 64-bit number).
 MIGRATION_LOCK = 0x637478666F6C64  # "ctxfold"
 
@@ -75,8 +79,17 @@ CREATE TABLE ctxfold_token_counts (
 );
 """
 
+# Version 3: where a forked session came from (no foreign key: a parent may be deleted).
+_V3 = """
+ALTER TABLE ctxfold_sessions
+    ADD COLUMN parent_id text,
+    ADD COLUMN fork_at integer,
+    ADD COLUMN fork_reason text,
+    ADD COLUMN forked_at timestamptz;
+"""
+
 #: ``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1``.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 
 
 def schema_version(cur: Any) -> int:
