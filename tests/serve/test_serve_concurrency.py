@@ -80,3 +80,17 @@ def test_one_session_is_serialized_and_the_second_sees_the_first(serve) -> None:
     assert [m.content for m in served.canonical("shared")] == ["same question", "first"]
     health = httpx.get(served.server.base_url + "/healthz", timeout=10).json()
     assert health["status"] == "ok" and health["sessions_open"] == 2
+
+
+def test_open_sessions_are_bounded_by_the_size_of_their_messages(serve) -> None:
+    """Every open session kept its whole transcript in memory, up to 256 of them."""
+    served = serve(script=[ReplySpec(text="ok")] * 4, max_open_bytes=300_000)
+    for name in ("a", "b", "c"):
+        response = served.post("/chat/completions", {"model": "m", "messages": [
+            {"role": "user", "content": name * 200_000}]}, **{"X-Ctxfold-Session": name})
+        assert response.status_code == 200, response.text
+    assert len(served.proxy.pool) == 1 and served.proxy.pool.size() <= 300_000
+    again = served.post("/chat/completions", {"model": "m", "messages": [
+        {"role": "user", "content": "a" * 200_000}, {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "more"}]}, **{"X-Ctxfold-Session": "a"})
+    assert again.status_code == 200 and again.headers["x-ctxfold-session"] == "a"

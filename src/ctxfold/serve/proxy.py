@@ -49,7 +49,9 @@ class ServeSettings:
     other). ``upstream_retries``: how often the proxy itself retries an upstream call that
     failed with a retryable status (default none: the client retries the 429 or 5xx it gets,
     ``Retry-After`` included, so attempts never multiply). A stream that has had nothing to
-    send for ``keepalive`` seconds sends an SSE comment."""
+    send for ``keepalive`` seconds sends an SSE comment. At most ``capacity`` sessions stay
+    open, holding about ``max_open_bytes`` of message text among them (least recently used
+    closed first; a closed session reopens from its store)."""
 
     host: str = "127.0.0.1"
     port: int = 8787
@@ -59,6 +61,7 @@ class ServeSettings:
     fork_after: float = 2.0
     max_rounds: int = 4
     capacity: int = 256
+    max_open_bytes: int = 512 * 1024 * 1024
     upstream_retries: int = 0
     keepalive: float = 15.0
 
@@ -115,7 +118,7 @@ class Proxy:
             SUMMARIZER, self.registry.resolve(config).summarizer.name).calls_provider
         self.summarizer = ProxySummaries(self.upstream) if calls_provider else None
         self.pool = SessionPool(self._open, lock_wait=settings.lock_wait,
-                                capacity=settings.capacity)
+                                capacity=settings.capacity, max_bytes=settings.max_open_bytes)
         resolved = self.registry.resolve(config)
         self.router = Router(self.pool, self.store, self.registry.create(
             SIDECAR_FORMAT, resolved.store.sidecar_format, config=resolved),

@@ -220,6 +220,7 @@ class Router:
         if view is not None and view.length <= cm.message_count:
             view.extend(cm.messages_from(view.length))
             self.checkpoints.record(session_id, view, cm.state.projection)
+        self.pool.measure(session_id, cm)
 
     def _view_of(self, session_id: str) -> ClientView | None:
         for family in self.families.values():
