@@ -47,6 +47,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS",
                         help="a stream that has had nothing to send this long sends an SSE "
                              "comment (default 15)")
+    parser.add_argument("--max-open-mib", type=int, default=512, metavar="MIB",
+                        help="message text the open sessions may hold in memory, least "
+                             "recently used closed first (default 512)")
     parser.add_argument("--upstream-retries", type=int, default=0, metavar="N",
                         help="how often the proxy itself retries a 429/5xx from upstream "
                              "(default 0: the client retries what it gets)")
@@ -92,6 +95,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--fork-after must be 0 or more seconds, got {args.fork_after:g}")
     if not args.keepalive > 0:
         raise UsageError(f"--keepalive must be more than 0 seconds, got {args.keepalive:g}")
+    if args.max_open_mib < 1:
+        raise UsageError(f"--max-open-mib must be at least 1, got {args.max_open_mib}")
     if args.upstream_retries < 0:
         raise UsageError(f"--upstream-retries must be 0 or more, got {args.upstream_retries}")
     if args.max_rounds < 1:
@@ -173,6 +178,7 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
                              key_env=args.key_env, lock_wait=args.lock_wait,
                              fork_after=args.fork_after, keepalive=args.keepalive,
                              upstream_retries=args.upstream_retries,
+                             max_open_bytes=args.max_open_mib * 1024 * 1024,
                              max_rounds=args.max_rounds)
     if not _loopback(args.host) and not os.environ.get(args.key_env):
         print(f"ctxfold: warning: serving on {args.host} without a proxy key: anyone who "
