@@ -46,6 +46,8 @@ def _sum(a: Usage, b: Usage) -> Usage:
         "reasoning_tokens")}, aggregated=True)
 
 
+#: How long the rest of an upstream stream is read after its terminal event.
+DRAIN_SECONDS = 0.5
 #: What a stream sends when it has had nothing to send for a while: an SSE comment.
 KEEPALIVE = ": keep-alive\n\n"
 _END = object()
@@ -292,4 +294,12 @@ class Exchange:
         for delta in parser.finish():
             for text in self._visible(delta):
                 yield text
-        yield assembler.finish(self._events.request_id)
+        response = assembler.finish(self._events.request_id)
+        # What follows the terminal event (a `[DONE]` line, the last chunk) is read, so the
+        # connection goes back to the pool instead of being closed; bounded, in case an
+        # upstream keeps the stream open after it.
+        with contextlib.suppress(TimeoutError, CtxfoldError):
+            async with asyncio.timeout(DRAIN_SECONDS):
+                async for _event in self._events:
+                    pass
+        yield response
