@@ -108,9 +108,9 @@ def test_migrate_creates_then_reports_an_up_to_date_schema(
     monkeypatch.setenv("CTXFOLD_POSTGRES_DSN", postgres_spec.where)
     (workdir / "ctxfold.toml").write_text('[store]\nname = "postgres"\n')
     assert main(["store", "migrate"]) == 0
-    assert "schema version 0 -> 2" in capsys.readouterr().out
+    assert "schema version 0 -> 3" in capsys.readouterr().out
     assert main(["store", "migrate"]) == 0
-    assert "schema version 2: up to date" in capsys.readouterr().out
+    assert "schema version 3: up to date" in capsys.readouterr().out
     assert main(["store", "migrate", "--store", f"fs:{workdir / 's'}"]) == 0
     assert "nothing to do" in capsys.readouterr().out
 
@@ -126,7 +126,7 @@ def test_a_dsn_pasted_into_dsn_env_is_masked_and_named_in_a_notice(
         captured.out + captured.err)
 
 
-def test_a_version_1_database_migrates_to_2_keeping_its_sessions(
+def test_a_version_1_database_migrates_to_3_keeping_its_sessions(
         workdir: Path, postgres_spec: StoreSpec, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     import psycopg
@@ -135,7 +135,8 @@ def test_a_version_1_database_migrates_to_2_keeping_its_sessions(
     from ctxfold.plugins.stores.postgres_schema import MIGRATIONS
 
     with psycopg.connect(postgres_spec.where, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS ctxfold_token_counts, ctxfold_discarded_sidecars, "
+        conn.execute("DROP TABLE IF EXISTS ctxfold_appends, ctxfold_token_counts, "
+                     "ctxfold_discarded_sidecars, "
                      "ctxfold_sidecars, ctxfold_messages, ctxfold_sessions, ctxfold_schema")
         conn.execute("CREATE TABLE ctxfold_schema (version integer NOT NULL)")
         conn.execute(MIGRATIONS[0])
@@ -144,7 +145,7 @@ def test_a_version_1_database_migrates_to_2_keeping_its_sessions(
     monkeypatch.setenv("CTXFOLD_POSTGRES_DSN", postgres_spec.where)
     (workdir / "ctxfold.toml").write_text('[store]\nname = "postgres"\n')
     assert main(["store", "migrate"]) == 0
-    assert "schema version 1 -> 2" in capsys.readouterr().out
+    assert "schema version 1 -> 3" in capsys.readouterr().out
     store = PostgresStore(postgres_spec.where)
     assert store.exists("old")
     store.append_counts("old", "k", b"x")

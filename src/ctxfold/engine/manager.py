@@ -44,6 +44,7 @@ from ctxfold.interop.usage import usage_from
 from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
+from ctxfold.kernel.errors import AppendError
 from ctxfold.kernel.outcome import Latches, MaintenanceContext, Outcome, PrepareAction
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
@@ -164,7 +165,17 @@ class ContextManager:
         with self._lock:
             self._sync()
             batch, calls = checked_batch(messages, self._call_ids, where)
-            self._watch.appended(self.store.append(self.session_id, batch))
+            try:
+                appended = self.store.append(self.session_id, batch)
+            except AppendError as exc:
+                if exc.landed is not False:  # it may be stored: the next call re-reads
+                    self._watch.stale = True
+                raise
+            if appended.replayed:  # an earlier attempt had stored it: take the stored copy
+                self._watch.stale = True
+                self._sync()
+                return
+            self._watch.appended(appended)
             self._call_ids.add(calls)
             self._canonical.extend(batch)
             self._committer.transcript_version += 1

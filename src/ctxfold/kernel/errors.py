@@ -13,7 +13,10 @@
     │   └── ToolResultError         session:tool_result lookup or paging error
     ├── ImporterError               a transcript file cannot be imported (unknown format or
     │                               malformed content; names file, position and reason)
-    ├── StoreError                  transcript file unreadable or corrupt (names file and line)
+    ├── StoreError                  transcript file unreadable or corrupt (names file and line),
+    │   │                           or the store failed (a database that does not answer)
+    │   ├── AppendError             an append failed; ``landed`` says whether the batch may
+    │   │                           have been stored (False: it was not; None: unknown)
     │   └── SidecarError            sidecar unreadable, invalid or newer than this code
     │       └── SidecarVersionError sidecar written by a newer ctxfold (never discarded)
     ├── StaleContextError           a compare-and-swap install lost (something moved); the
@@ -81,7 +84,19 @@ class ImporterError(CtxfoldError):
 
 
 class StoreError(CtxfoldError):
-    """A transcript file is unreadable or corrupt."""
+    """A transcript file is unreadable or corrupt, or the store failed."""
+
+
+class AppendError(StoreError):
+    """An ``append()`` failed. ``landed`` is ``False`` when nothing of the batch was stored
+    (appending it again is safe) and ``None`` when the store could not learn whether its
+    commit went through (a connection lost during the commit, and the server unreachable
+    to check); a store that says ``None`` makes appending the same batch again a no-op if it
+    had landed (``docs/stores.md``)."""
+
+    def __init__(self, message: str, *, landed: bool | None) -> None:
+        super().__init__(message)
+        self.landed = landed
 
 
 class SidecarError(StoreError):

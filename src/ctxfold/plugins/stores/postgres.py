@@ -6,34 +6,53 @@ the ``postgres`` extra (psycopg 3). The schema (:mod:`.postgres_schema`) is crea
 upgraded on first use, or explicitly with ``ctxfold store migrate``.
 
 It keeps the ``fs`` store's guarantees (``docs/stores.md``): a batch is one transaction,
-so it lands whole or not at all; every mutating operation first locks the session's row, so
-operations on one session are serialized across every connection; ``replace_sidecar``
+so it lands whole or not at all, and carries an id checked inside that transaction, so a
+batch retried after its commit's answer was lost lands once; every mutating operation first
+locks the session's row, so operations on one session are serialized across every
+connection; ``replace_sidecar``
 compares and writes under that lock; ``revision`` is one indexed read. Messages are stored as
 the ``fs`` store's line text, so a ``store copy`` between the two is byte-identical.
 """
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ctxfold.kernel.errors import SessionError
+import attrs
+
+from ctxfold.kernel.errors import AppendError, SessionError, StoreError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import Appended, Message
 from ctxfold.plugins.stores.fs_files import projection_within
 from ctxfold.plugins.stores.fs_lines import decode_message, encode_message
-from ctxfold.plugins.stores.postgres_conn import Connection
+from ctxfold.plugins.stores.postgres_conn import Connection, ConnectionLost, read
 from ctxfold.plugins.stores.postgres_schema import dsn_from_env
 from ctxfold.session_id import validate_count_key, validate_session_id
+
+NOT_STORED = "nothing of the batch was stored: appending it again is safe"
+#: Seconds between attempts to reach the server again after a commit's answer was lost.
+SETTLE_PAUSE = 0.2
 
 
 class PostgresStore(Connection):
     """Sessions in a PostgreSQL database (one connection per store, used by one thread at a
     time; open one store per worker process)."""
 
+    def __init__(self, dsn: str, *, connect: Any = None, connect_timeout: float = 10.0,
+                 statement_timeout: float = 60.0) -> None:
+        super().__init__(dsn, connect=connect, connect_timeout=connect_timeout,
+                         statement_timeout=statement_timeout)
+        #: session → (batch id, :func:`_sameness`) of an append whose commit's outcome is
+        #: unknown: the same batch appended again reuses the id, so it lands once.
+        self._uncertain: dict[str, tuple[str, list[str]]] = {}
+
     # -- transcripts -------------------------------------------------------------------------
 
+    @read
     def exists(self, session_id: str) -> bool:
         with self._tx("exists") as cur:
             cur.execute("SELECT 1 FROM ctxfold_sessions WHERE id = %s",
@@ -49,16 +68,19 @@ class PostgresStore(Connection):
                 raise SessionError(f"session {session_id!r} already exists in the postgres "
                                    "store")
 
+    @read
     def list_sessions(self) -> list[str]:
         with self._tx("list sessions") as cur:
             cur.execute("SELECT id FROM ctxfold_sessions ORDER BY id")
             return [row[0] for row in cur.fetchall()]
 
+    @read
     def revision(self, session_id: str) -> str:
         with self._tx("revision") as cur:
             incarnation, revision, *_ = self._session(cur, session_id, lock=False)
             return f"{incarnation}:{revision}"
 
+    @read
     def load(self, session_id: str, *, repair: bool = True) -> list[Message]:
         """The canonical transcript (a database has no torn tail: ``repair`` changes
         nothing). Unchanged since the last load: one read; grown: only the new rows."""
@@ -81,6 +103,7 @@ class PostgresStore(Connection):
         return tuple(decode_message(text, f"postgres store: session {session_id!r} message "
                                           f"{position}") for position, text in cur)
 
+    @read
     def batches(self, session_id: str) -> list[list[Message]]:
         """The transcript as the batches it was appended in (``store copy`` replays them)."""
         with self._tx(f"read session {session_id!r}") as cur:
@@ -99,10 +122,41 @@ class PostgresStore(Connection):
             return out
 
     def append(self, session_id: str, messages: Sequence[Message]) -> Appended:
-        """One transaction per batch: the rows and the session's new revision together."""
+        """One transaction per batch: the rows, the batch's id and the session's new revision
+        together. Its id is checked first, inside the transaction, so an append retried after
+        its commit's answer was lost lands once: the store retries by itself until the
+        server answers again (within the timeouts), and a caller that retries the very batch
+        an :class:`AppendError` with ``landed=None`` named gets that landing back, marked
+        ``replayed``."""
+        session_id = validate_session_id(session_id)
         lines = [encode_message(m) for m in messages]
-        with self._tx(f"append to session {session_id!r}") as cur:
+        pending = self._uncertain.pop(session_id, None)
+        same = _sameness(messages)
+        retry = pending is not None and pending[1] == same
+        batch_id = pending[0] if pending is not None and retry else uuid.uuid4().hex
+        what = f"append to session {session_id!r}"
+        try:
+            appended = self._append_once(session_id, lines, batch_id, what)
+        except ConnectionLost as lost:
+            if not lost.committing:
+                raise AppendError(f"{lost}; {NOT_STORED}", landed=False) from None
+            return self._settle(session_id, lines, same, batch_id, what, lost)
+        except SessionError:
+            raise
+        except StoreError as exc:
+            raise AppendError(f"{exc}; {NOT_STORED}", landed=False) from None
+        return appended if retry else attrs.evolve(appended, replayed=False)
+
+    def _append_once(self, session_id: str, lines: list[str], batch_id: str,
+                     what: str) -> Appended:
+        with self._tx(what) as cur:
             incarnation, revision, length, _, batches = self._session(cur, session_id)
+            cur.execute("SELECT revision_before, revision_after FROM ctxfold_appends "
+                        "WHERE session_id = %s AND batch_id = %s", (session_id, batch_id))
+            landed = cur.fetchone()
+            if landed is not None:  # an earlier attempt of this very append committed
+                return Appended(f"{incarnation}:{landed[0]}", f"{incarnation}:{landed[1]}",
+                                replayed=True)
             before = f"{incarnation}:{revision}"
             if not lines:
                 return Appended(before, before)
@@ -110,11 +164,36 @@ class PostgresStore(Connection):
                 "INSERT INTO ctxfold_messages (session_id, position, batch, message) "
                 "VALUES (%s, %s, %s, %s)",
                 [(session_id, length + i, batches + 1, line) for i, line in enumerate(lines)])
+            cur.execute("INSERT INTO ctxfold_appends (session_id, batch_id, position, "
+                        "revision_before, revision_after) VALUES (%s, %s, %s, %s, %s)",
+                        (session_id, batch_id, length, revision, revision + 1))
             cur.execute("UPDATE ctxfold_sessions SET revision = revision + 1, length = %s, "
                         "batches = batches + 1, updated_at = clock_timestamp() WHERE id = %s",
                         (length + len(lines), session_id))
+            self._committing = True  # from here on a failure is the COMMIT's: outcome unknown
         return Appended(before, f"{incarnation}:{revision + 1}")
 
+    def _settle(self, session_id: str, lines: list[str], same: list[str], batch_id: str,
+                what: str, lost: ConnectionLost) -> Appended:
+        """The commit of ``batch_id`` may have gone through: reconnect and append it again
+        (a no-op when it had landed), until the server answers or the timeouts run out."""
+        deadline = time.monotonic() + self.connect_timeout + self._operation_seconds
+        while True:
+            try:
+                appended = self._append_once(session_id, lines, batch_id, what)
+            except StoreError:  # ConnectionLost included; a SessionError is not retried
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(SETTLE_PAUSE)
+                continue
+            return attrs.evolve(appended, replayed=False)  # this call's own batch, once
+        self._uncertain[session_id] = (batch_id, same)
+        raise AppendError(
+            f"{lost}; the server could not be reached again to learn whether the commit went "
+            "through, so the batch may have been stored. Appending the same messages again "
+            "through this store stores them once", landed=None) from None
+
+    @read
     def last_activity(self, session_id: str) -> float | None:
         with self._tx("last activity") as cur:
             cur.execute("SELECT extract(epoch FROM updated_at) FROM ctxfold_sessions "
@@ -124,6 +203,7 @@ class PostgresStore(Connection):
 
     # -- sidecars ----------------------------------------------------------------------------
 
+    @read
     def read_sidecar(self, session_id: str) -> bytes | None:
         with self._tx(f"read the sidecar of {session_id!r}") as cur:
             self._session(cur, session_id, lock=False)
@@ -201,6 +281,8 @@ class PostgresStore(Connection):
             count = self._check_upto(session_id, upto, length)
             cur.execute("DELETE FROM ctxfold_messages WHERE session_id = %s AND position >= %s",
                         (session_id, count))
+            cur.execute("DELETE FROM ctxfold_appends WHERE session_id = %s AND position >= %s",
+                        (session_id, count))
             cur.execute("UPDATE ctxfold_sessions SET revision = revision + 1, length = %s, "
                         "rewinds = rewinds + 1, updated_at = clock_timestamp() WHERE id = %s",
                         (count, session_id))
@@ -210,6 +292,7 @@ class PostgresStore(Connection):
             if row is not None and not projection_within(bytes(row[0]), count):
                 self._discard(cur, session_id, f"rewind to {count} messages")
 
+    @read
     def read_counts(self, session_id: str, key: str) -> bytes:
         with self._tx(f"read the token counts of {session_id!r}") as cur:
             cur.execute("SELECT data FROM ctxfold_token_counts WHERE session_id = %s AND "
@@ -232,8 +315,17 @@ class PostgresStore(Connection):
         self._cache.pop(session_id, None)
 
 
+def _sameness(messages: Sequence[Message]) -> list[str]:
+    """What makes two batches the same append: their lines without the time each message
+    was stamped with when it was handed over (a retry stamps them again)."""
+    return [encode_message(attrs.evolve(m, created_at="")) for m in messages]
+
+
 def _create(context: StrategyContext[StoreOptions]) -> PostgresStore:
-    return PostgresStore(dsn_from_env(context.config.store.dsn_env))
+    store = context.config.store
+    return PostgresStore(dsn_from_env(store.dsn_env),
+                         connect_timeout=store.connect_timeout_seconds,
+                         statement_timeout=store.statement_timeout_seconds)
 
 
 @hookimpl

@@ -17,6 +17,11 @@ Version 1 (``docs/stores.md`` draws it):
 Version 2 adds ``ctxfold_token_counts(session_id, key)``: the token-count cache of a session
 per estimator key (bytes appended to; ``ctxfold.engine.counts``).
 
+Version 3 adds ``ctxfold_appends(session_id, batch_id)``: the id of every append, its first
+position and the revisions before and after it, written in the append's own transaction. An
+append retried after its commit's outcome was lost checks its id first, so it lands once
+(``docs/stores.md``, "An append lands once"). Appends made before version 3 have no row.
+
 Migrations run under a transaction-scoped advisory lock, so two processes starting at once
 never both create the tables; a database whose schema is newer than this ctxfold is refused.
 """
@@ -29,7 +34,7 @@ from typing import Any
 from ctxfold.kernel.errors import ConfigError, StoreError
 
 #: The schema version this ctxfold writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: ``pg_advisory_xact_lock`` key of schema migrations (an arbitrary, fixed 64-bit number).
 MIGRATION_LOCK = 0x637478666F6C64  # "ctxfold"
 
@@ -75,8 +80,20 @@ CREATE TABLE ctxfold_token_counts (
 );
 """
 
+# Version 3: the id of every append, so a retried append lands once (postgres.py).
+_V3 = """
+CREATE TABLE ctxfold_appends (
+    session_id text NOT NULL REFERENCES ctxfold_sessions (id) ON DELETE CASCADE,
+    batch_id text NOT NULL,
+    position integer NOT NULL,
+    revision_before bigint NOT NULL,
+    revision_after bigint NOT NULL,
+    PRIMARY KEY (session_id, batch_id)
+);
+"""
+
 #: ``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1``.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 
 
 def schema_version(cur: Any) -> int:
