@@ -10,10 +10,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ctxfold"
 MODULE_LIMIT = 310
 #: The one exception: the ContextManager is read in one file (its behaviour lives in the
 #: kernel and the engine's parts; what is left is the class itself).
-EXCEPTIONS = {"engine/manager.py": 350}
+EXCEPTIONS = {"engine/manager.py": 355}
 #: "Well under 4k lines": the kernel holds the rules only (transport, interop, sidecar
-#: loading, message checks and the plugins live outside it).
-KERNEL_LIMIT = 3800
+#: loading, message checks and the plugins live outside it). Raised from 3,800 for issue 29
+#: (AppendError, Appended.replayed, the store timeouts, folding again after a lost install).
+KERNEL_LIMIT = 3825
 
 
 def lines(path: Path) -> int:

@@ -44,7 +44,6 @@ from ctxfold.interop.usage import usage_from
 from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
-from ctxfold.kernel.errors import AppendError
 from ctxfold.kernel.outcome import Latches, MaintenanceContext, Outcome, PrepareAction
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.types import (
@@ -161,21 +160,12 @@ class ContextManager:
         input item or an OpenAI SDK message object; content parts are kept exactly as given.
         A malformed message raises :class:`MessageError` naming its index and field, and
         nothing is appended."""
-        where = f"session {self.session_id!r}: append"
         with self._lock:
             self._sync()
-            batch, calls = checked_batch(messages, self._call_ids, where)
-            try:
-                appended = self.store.append(self.session_id, batch)
-            except AppendError as exc:
-                if exc.landed is not False:  # it may be stored: the next call re-reads
-                    self._watch.stale = True
-                raise
-            if appended.replayed:  # an earlier attempt had stored it: take the stored copy
-                self._watch.stale = True
-                self._sync()
-                return
-            self._watch.appended(appended)
+            batch, calls = checked_batch(messages, self._call_ids,
+                                         f"session {self.session_id!r}: append")
+            if not self._watch.append(batch):  # an earlier attempt had stored it
+                return self._sync()
             self._call_ids.add(calls)
             self._canonical.extend(batch)
             self._committer.transcript_version += 1

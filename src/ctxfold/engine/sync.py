@@ -24,7 +24,8 @@ from ctxfold.engine.sidecar import validate_projection
 from ctxfold.engine.transcript import Transcript, load_canonical
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.contracts import Store
-from ctxfold.kernel.types import Appended
+from ctxfold.kernel.errors import AppendError
+from ctxfold.kernel.types import Appended, Message
 
 
 class Watch:
@@ -43,6 +44,22 @@ class Watch:
         if appended.before != self.revision:
             self.stale = True
         self.revision = appended.after
+
+    def append(self, batch: list[Message]) -> bool:
+        """Append ``batch`` to the store and record it; ``False`` when the store found it
+        already stored (an earlier attempt, reported as failed, had landed): this copy must
+        then be re-read, not extended. A failed append that may have landed
+        (``AppendError.landed`` not ``False``) marks the copy stale too."""
+        try:
+            appended = self._store.append(self._session_id, batch)
+        except AppendError as exc:
+            self.stale = self.stale or exc.landed is not False
+            raise
+        if appended.replayed:
+            self.stale = True
+            return False
+        self.appended(appended)
+        return True
 
     def resync(self, committer: Committer) -> tuple[Transcript, list[str]] | None:
         """``None`` when the stored session did not move since this process last saw it

@@ -54,16 +54,6 @@ def _positive(_inst: object, attribute: attrs.Attribute[float], value: float) ->
         raise ValueError(f"{attribute.name} = {value!r} must be > 0")
 
 
-#: The longest timeout a database store accepts, in seconds (one day).
-MAX_STORE_TIMEOUT = 86_400.0
-
-
-def _store_timeout(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not 0 < value <= MAX_STORE_TIMEOUT:  # NaN fails both comparisons
-        raise ValueError(f"{attribute.name} = {value!r} is out of range; allowed: above 0, "
-                         f"at most {MAX_STORE_TIMEOUT:.0f}")
-
-
 def _check(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
     if value not in CHECKS:
         raise ValueError(f"{attribute.name} = {value!r}; allowed: {', '.join(CHECKS)}")
@@ -88,6 +78,7 @@ def _allowed(text: str) -> dict[str, str]:
 
 
 _NON_NEGATIVE = _allowed("an integer >= 0")
+_SECONDS = _allowed("a number of seconds > 0")
 
 
 @attrs.frozen
@@ -188,15 +179,11 @@ class StoreConfig:
     sidecar_format: str = ""
     #: NAME of the environment variable holding a database store's DSN (``postgres``).
     dsn_env: str = ""
-    #: A database store (``postgres``): the longest wait for a connection, and for one
-    #: statement (the server cancels it; a server that does not answer at all is given up
-    #: on shortly after), in seconds.
-    connect_timeout_seconds: float = attrs.field(
-        default=10.0, validator=_store_timeout,
-        metadata=_allowed(f"a number of seconds above 0, at most {MAX_STORE_TIMEOUT:.0f}"))
-    statement_timeout_seconds: float = attrs.field(
-        default=60.0, validator=_store_timeout,
-        metadata=_allowed(f"a number of seconds above 0, at most {MAX_STORE_TIMEOUT:.0f}"))
+    #: A database store's waits, in seconds: to connect, and for one statement (docs/stores.md).
+    connect_timeout_seconds: float = attrs.field(default=10.0, validator=_positive,
+                                                 metadata=_SECONDS)
+    statement_timeout_seconds: float = attrs.field(default=60.0, validator=_positive,
+                                                   metadata=_SECONDS)
 
 
 @attrs.frozen

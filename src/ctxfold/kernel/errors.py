@@ -13,10 +13,8 @@
     │   └── ToolResultError         session:tool_result lookup or paging error
     ├── ImporterError               a transcript file cannot be imported (unknown format or
     │                               malformed content; names file, position and reason)
-    ├── StoreError                  transcript file unreadable or corrupt (names file and line),
-    │   │                           or the store failed (a database that does not answer)
-    │   ├── AppendError             an append failed; ``landed`` says whether the batch may
-    │   │                           have been stored (False: it was not; None: unknown)
+    ├── StoreError                  transcript unreadable or corrupt (names file and line)
+    │   ├── AppendError             an append failed: ``landed`` False (not stored) or None
     │   └── SidecarError            sidecar unreadable, invalid or newer than this code
     │       └── SidecarVersionError sidecar written by a newer ctxfold (never discarded)
     ├── StaleContextError           a compare-and-swap install lost (something moved); the
@@ -88,11 +86,8 @@ class StoreError(CtxfoldError):
 
 
 class AppendError(StoreError):
-    """An ``append()`` failed. ``landed`` is ``False`` when nothing of the batch was stored
-    (appending it again is safe) and ``None`` when the store could not learn whether its
-    commit went through (a connection lost during the commit, and the server unreachable
-    to check); a store that says ``None`` makes appending the same batch again a no-op if it
-    had landed (``docs/stores.md``)."""
+    """An ``append()`` failed; ``landed``: ``False`` nothing of the batch was stored, ``None``
+    unknown (then appending the same batch again lands it once: ``docs/stores.md``)."""
 
     def __init__(self, message: str, *, landed: bool | None) -> None:
         super().__init__(message)

@@ -90,12 +90,8 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
             result = yield from run.fold(forced=trigger == "manual" or must_free, pruned=pruned)
         except CtxfoldError as exc:  # a manual compaction's summary failed: tell the caller
             return run.outcome(error=exc)
-        if result is FoldResult.STALE and run.tokens >= hard:
-            # Another process installed first and the re-read view is still over the hard
-            # ceiling (it appended meanwhile): fold that view with the attempts left rather
-            # than fail a request that one more fold can save (its prune is of that view).
-            must_free = True
-            pruned = run.prune_candidate()
+        if result is FoldResult.STALE and run.tokens >= hard:  # lost to another process
+            must_free, pruned = True, run.prune_candidate()  # and still over: fold again
             continue
         if result is not FoldResult.INSTALLED:
             break

@@ -148,10 +148,7 @@ class Appended:
 
     before: str
     after: str
-    #: The store found this very batch already stored (an earlier attempt, reported as
-    #: failed, had landed after all) and wrote nothing: ``before``/``after`` are that
-    #: landing's, and the caller's copy of the transcript must be re-read, not extended.
-    replayed: bool = False
+    replayed: bool = False  #: already stored by an earlier attempt: re-read, do not extend
 
 
 @attrs.frozen

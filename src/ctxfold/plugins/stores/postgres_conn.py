@@ -40,6 +40,8 @@ LOCK_TIMEOUT = 60.0
 GRACE = 2.0
 #: How long the watchdog thread stays alive with nothing to watch.
 WATCHDOG_IDLE = 30.0
+#: The longest any timeout is taken to be (a day; ``inf`` in a config means this).
+LONGEST = 86_400.0
 
 
 class ConnectionLost(StoreError):
@@ -147,8 +149,8 @@ class Connection:
         self._dsn = dsn
         self._connect = connect
         self._conn: Any = None
-        self.connect_timeout = connect_timeout
-        self.statement_timeout = statement_timeout
+        self.connect_timeout = min(connect_timeout, LONGEST)
+        self.statement_timeout = min(statement_timeout, LONGEST)
         #: The schema versions before and after this store's first connection migrated it.
         self.migrated: tuple[int, int] | None = None
         self._lock = threading.RLock()
