@@ -71,22 +71,23 @@ class Appends(Connection):
                      what: str) -> Appended:
         with self._tx(what) as cur:
             incarnation, revision, length, _, batches = self._session(cur, session_id)
-            cur.execute("SELECT revision_before, revision_after FROM ctxfold_appends "
-                        "WHERE session_id = %s AND batch_id = %s", (session_id, batch_id))
-            landed = cur.fetchone()
-            if landed is not None:  # an earlier attempt of this very append committed
-                return Appended(f"{incarnation}:{landed[0]}", f"{incarnation}:{landed[1]}",
-                                replayed=True)
             before = f"{incarnation}:{revision}"
             if not lines:
                 return Appended(before, before)
+            cur.execute("INSERT INTO ctxfold_appends (session_id, batch_id, position, "
+                        "revision_before, revision_after) VALUES (%s, %s, %s, %s, %s) "
+                        "ON CONFLICT DO NOTHING",
+                        (session_id, batch_id, length, revision, revision + 1))
+            if cur.rowcount == 0:  # an earlier attempt of this very append committed
+                cur.execute("SELECT revision_before, revision_after FROM ctxfold_appends "
+                            "WHERE session_id = %s AND batch_id = %s", (session_id, batch_id))
+                first, then = cur.fetchone()
+                return Appended(f"{incarnation}:{first}", f"{incarnation}:{then}",
+                                replayed=True)
             cur.executemany(
                 "INSERT INTO ctxfold_messages (session_id, position, batch, message) "
                 "VALUES (%s, %s, %s, %s)",
                 [(session_id, length + i, batches + 1, line) for i, line in enumerate(lines)])
-            cur.execute("INSERT INTO ctxfold_appends (session_id, batch_id, position, "
-                        "revision_before, revision_after) VALUES (%s, %s, %s, %s, %s)",
-                        (session_id, batch_id, length, revision, revision + 1))
             cur.execute("UPDATE ctxfold_sessions SET revision = revision + 1, length = %s, "
                         "batches = batches + 1, updated_at = clock_timestamp() WHERE id = %s",
                         (length + len(lines), session_id))

@@ -77,23 +77,28 @@ def read(method: Callable[P, R]) -> Callable[P, R]:
 class Watchdog:
     """Shuts down a socket when the operation using it outlives its deadline (libpq has no
     client-side timeout once connected). One thread per store, started on demand, gone
-    after :data:`WATCHDOG_IDLE` seconds without an operation."""
+    after :data:`WATCHDOG_IDLE` seconds without an operation. Arming costs a lock: the
+    thread is woken only when it would otherwise sleep past the new deadline."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._fd = -1
         self._deadline = 0.0
         self._fired = False
+        self._used = False  # armed since the thread last went idle
+        self._wake_at = 0.0  # when the thread wakes next
         self._thread: threading.Thread | None = None
 
     def arm(self, fd: int, seconds: float) -> None:
         with self._cond:
             self._fd, self._deadline, self._fired = fd, time.monotonic() + seconds, False
+            self._used = True
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="ctxfold-postgres-watchdog")
                 self._thread.start()
-            self._cond.notify()
+            elif self._deadline < self._wake_at:
+                self._cond.notify()
 
     def disarm(self) -> bool:
         """Stop watching; whether the deadline had passed (the socket was shut down)."""
@@ -103,23 +108,20 @@ class Watchdog:
 
     def _run(self) -> None:
         with self._cond:
-            idle_since = time.monotonic()
             while True:
                 now = time.monotonic()
-                if self._fd < 0:
-                    if now - idle_since > WATCHDOG_IDLE:
-                        self._thread = None
-                        return
-                    self._cond.wait(WATCHDOG_IDLE)
-                    continue
-                idle_since = now
-                if now < self._deadline:
-                    self._cond.wait(self._deadline - now)
-                    continue
-                if not self._fired:
+                if self._fd >= 0 and not self._fired and now >= self._deadline:
                     self._fired = True
                     _shut_down(self._fd)
-                self._cond.wait(WATCHDOG_IDLE)
+                if self._fd >= 0 and not self._fired:
+                    self._wake_at = self._deadline
+                elif not self._used:  # a whole idle wait without an operation
+                    self._thread = None
+                    return
+                else:
+                    self._used = False
+                    self._wake_at = now + WATCHDOG_IDLE
+                self._cond.wait(max(0.0, self._wake_at - now))
 
 
 def _shut_down(fd: int) -> None:
