@@ -173,14 +173,14 @@ class Proxy:
 
 def exception_of(log: str) -> str:
     """The exception of the first traceback in ``log`` (its type and the start of its
-    message), or ``""``."""
+    message), or ``""`` (also while the traceback is still being written)."""
     lines = log.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("Traceback (most recent call last)"):
             for after in lines[i + 1:]:
                 if after and not after[0].isspace():
                     return after[:100]
-            return "a traceback"
+            return ""
     return ""
 
 
