@@ -42,7 +42,8 @@ PUBLIC = {
     "message_from_openai", "message_to_openai", "to_openai", "to_responses",
     # the error tree
     "CtxfoldError", "ConfigError", "ConfigSyntaxError", "PluginError", "MessageError",
-    "SessionError", "ToolResultError", "ImporterError", "StoreError", "SidecarError",
+    "SessionError", "ToolResultError", "ImporterError", "StoreError", "AppendError",
+    "SidecarError",
     "SidecarVersionError", "StaleContextError", "MaintenanceError",
     "CompactionRequiredError", "SummaryFailedError", "SummarizerError", "PolicyFailedError",
     "SmokeError",

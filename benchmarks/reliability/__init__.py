@@ -5,9 +5,11 @@ Every part drives ctxfold only through its public API (``import ctxfold``, the e
 
 * ``kill`` — SIGKILL a worker process at random points of append/prepare/install;
 * ``torn`` — torn writes, corrupt sidecars and leftover temp files simulated on disk;
-* ``processes`` — N processes on one session: nothing committed missing from any view;
-* ``fuzz_files`` / ``fuzz_calls`` — hypothesis over sidecars, transcripts, configs, importer
-  inputs, ``use_capability`` arguments and ``append`` input;
+* ``processes`` — N processes on one session, on ``fs`` and PostgreSQL: nothing committed
+  missing from any view, no checkpoint dropped, the session never wedged;
+* ``fuzz_files`` / ``fuzz_calls`` / ``fuzz_search`` / ``fuzz_proxy`` — hypothesis over
+  sidecars, transcripts, configs, importer inputs, ``use_capability`` arguments (hostile
+  regexes timed in a child process), ``append`` input and ``ctxfold serve`` request bodies;
 * ``faults`` — provider faults through ``complete()`` against the loopback emulator;
 * ``leaks`` — a grep for a fake API key and a URL password over everything written.
 

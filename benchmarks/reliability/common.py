@@ -97,6 +97,16 @@ class Figures:
             entry[0] += count
             entry[1].extend(examples[: EXAMPLES - len(entry[1])])
 
+    @classmethod
+    def of_record(cls, record: dict[str, Any]) -> Figures:
+        """The figures of a run's JSON record (``--json``)."""
+        figures = cls(notes=dict(record["notes"]))
+        for name in ORDER:
+            setattr(figures, name, int(record["figures"][name]))
+        figures.problems = {signature: [entry["count"], list(entry["examples"])]
+                            for signature, entry in record["problems"].items()}
+        return figures
+
     def bad(self) -> bool:
         return any(getattr(self, name) for name in BAD)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks._report import write_section
 
-HEADING = "## Figures of the last long run"
+HEADING = "## Figures of the last run"
 #: What each figure of the summary line counts (docs/reliability.md explains the checks).
 MEANINGS = {
     "kills": "SIGKILLs of a running worker process that had created its session",

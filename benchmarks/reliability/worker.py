@@ -8,7 +8,11 @@ after it returned ``{"a": op, ...}`` to the acknowledgement file (one ``write`` 
 each), or ``{"e": ...}`` when a :class:`ctxfold.CtxfoldError` said nothing happened.
 
 ``procs`` mode runs ``--turns`` turns (append, maybe a tool batch, ``prepare()``) and records
-the monotonic time of every acknowledged append and the tags of every view it got.
+the monotonic time of every acknowledged append and the tags of every view it got, and at
+the end every notice that says a stored checkpoint was dropped. With ``--stall RATE,SECONDS``
+its store waits up to SECONDS after a RATE share of its transcript reads (a process
+descheduled on a busy machine, a slow disk, a database far away): the moment another process
+commits in between.
 
 Both wait for one line on stdin before opening the session, so the parent can start them
 (Python and ctxfold imported) before it needs them.
@@ -126,6 +130,27 @@ def kill_loop(args: argparse.Namespace, cm: Any, ack: Acks) -> None:
             ack(e=op, type=type(exc).__name__, msg=str(exc)[:300])
 
 
+def stalling(config: Any, stall: str, seed: int) -> Any:
+    """The store ``config`` selects, its transcript reads stalling as ``--stall`` says."""
+    rate, seconds = (float(x) for x in stall.split(","))
+    rng = random.Random(seed)
+    store = ctxfold.Registry.from_config(config.config).create(
+        "store", config.config.store.name, config=config.config)
+
+    def stalled(read: Any) -> Any:
+        def run(*a: Any, **kw: Any) -> Any:
+            loaded = read(*a, **kw)
+            if rng.random() < rate:
+                time.sleep(rng.uniform(0, seconds))
+            return loaded
+        return run
+
+    for name in ("load", "load_transcript"):
+        if hasattr(store, name):
+            setattr(store, name, stalled(getattr(store, name)))
+    return store
+
+
 def procs_loop(args: argparse.Namespace, cm: Any, out: Acks) -> None:
     rng = random.Random(args.seed)
     prefix = f"p{args.proc}"
@@ -154,6 +179,9 @@ def procs_loop(args: argparse.Namespace, cm: Any, out: Acks) -> None:
             pv=prepared.projection_version,
             receipt=None if receipt is None else
             [receipt.operation_id, str(receipt.status), receipt.generation])
+    for notice in cm.notices:
+        if "dropped" in notice or "discarded" in notice:  # nothing here is invalid
+            out(notice=notice[:300])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,13 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tool-bytes", type=int, default=2_000_000)
     parser.add_argument("--proc", type=int, default=0, help="procs mode: process number")
     parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--stall", default="", metavar="RATE,SECONDS",
+                        help="procs mode: stall this share of transcript reads (see above)")
     args = parser.parse_args(argv)
     config = load(Path(args.config))
     out = Acks(args.out)
     sys.stdin.readline()  # "go"
     try:
+        store = stalling(config, args.stall, args.seed) if args.stall else None
         cm = open_quiet(args.session, config=config, window=args.window,
-                        summarize=tag_summary)
+                        summarize=tag_summary, store=store)
         (kill_loop if args.mode == "kill" else procs_loop)(args, cm, out)
     except ctxfold.CtxfoldError as exc:
         out(fatal=type(exc).__name__, msg=str(exc)[:300])

@@ -18,7 +18,8 @@ __version__ = "0.1.0"
 
 _ERRORS = (
     "CtxfoldError", "ConfigError", "ConfigSyntaxError", "PluginError", "MessageError",
-    "SessionError", "ToolResultError", "ImporterError", "StoreError", "SidecarError",
+    "SessionError", "ToolResultError", "ImporterError", "StoreError", "AppendError",
+    "SidecarError",
     "SidecarVersionError", "StaleContextError", "MaintenanceError", "CompactionRequiredError",
     "SummaryFailedError", "SummarizerError", "PolicyFailedError", "SmokeError", "ProviderError",
     "AuthenticationError", "RateLimitError", "ContextLimitError", "ServerError",
@@ -139,6 +140,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Translator,
     )
     from ctxfold.kernel.errors import (
+        AppendError,
         AuthenticationError,
         CompactionRequiredError,
         ConfigError,

@@ -137,7 +137,8 @@ def test_a_version_1_database_migrates_to_the_current_schema_keeping_its_session
     from ctxfold.plugins.stores.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 
     with psycopg.connect(postgres_spec.where, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS ctxfold_token_counts, ctxfold_discarded_sidecars, "
+        conn.execute("DROP TABLE IF EXISTS ctxfold_appends, ctxfold_token_counts, "
+                     "ctxfold_discarded_sidecars, "
                      "ctxfold_sidecars, ctxfold_messages, ctxfold_sessions, ctxfold_schema")
         conn.execute("CREATE TABLE ctxfold_schema (version integer NOT NULL)")
         conn.execute(MIGRATIONS[0])

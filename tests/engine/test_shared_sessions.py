@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import RecordingSummarizer, make_config
 
 import ctxfold
 from ctxfold.kernel.state import ReceiptStatus
 from ctxfold.kernel.types import Message
+from ctxfold.plugins.stores.fs import FsStore
 
 
 def user(text: str) -> Message:
@@ -187,3 +190,153 @@ def test_a_receipt_another_process_records_meanwhile_does_not_defeat_an_install(
     assert [t["kind"] for t in stored["telemetry"]][-2:] == ["resume", "install"]
     assert a.prepare().messages[-1].content == "from b"
     assert prepared.projection_version == 1
+
+
+# -- issue 29 item 5: a checkpoint another process installs while this one reads -----------
+
+
+class HookedStore(FsStore):
+    """The fs store with a hook run once right after the next transcript read or sidecar
+    read: another process acting exactly between this process's two reads."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.after_transcript: Callable[[], None] | None = None
+        self.after_sidecar: Callable[[], None] | None = None
+
+    def _fire(self, name: str) -> None:
+        hook = getattr(self, name)
+        setattr(self, name, None)
+        if hook is not None:
+            hook()
+
+    def load(self, session_id: str, *, repair: bool = True) -> list[Message]:
+        loaded = super().load(session_id, repair=repair)
+        self._fire("after_transcript")
+        return loaded
+
+    def load_transcript(self, session_id: str) -> Any:
+        loaded = super().load_transcript(session_id)
+        self._fire("after_transcript")
+        return loaded
+
+    def read_sidecar(self, session_id: str) -> bytes | None:
+        data = super().read_sidecar(session_id)
+        self._fire("after_sidecar")
+        return data
+
+
+def long_session(tmp_path: Path) -> Any:
+    """``b``: a session far longer than its 8,000-token window, kept small by checkpoints."""
+    b = ctxfold.open_session("s", config=make_config(tmp_path, window=8_000, ratio=0.8),
+                             summarizer=RecordingSummarizer())
+    seed(b)
+    for i in range(120):
+        b.append(user(f"b{i} " + "z " * 300))
+        b.prepare()
+    assert b.state.projection is not None and b.estimate() < b.trigger_tokens
+    return b
+
+
+def stored_version(cm: Any) -> int | None:
+    projection = json.loads(sidecar(cm).read_text())["projection"]
+    return None if projection is None else projection["projection_version"]
+
+
+def hooked(tmp_path: Path) -> tuple[Any, HookedStore]:
+    store = HookedStore(tmp_path / "sessions")
+    cm = ctxfold.open_session("s", config=make_config(tmp_path, window=8_000, ratio=0.8),
+                              store=store, summarizer=RecordingSummarizer())
+    return cm, store
+
+
+def install_more(b: Any) -> None:
+    """``b`` appends more than the verbatim tail holds, then installs a checkpoint: the new
+    projection covers messages appended after the moment this runs."""
+    for i in range(6):
+        b.append(user(f"from b while a reads {i} " + "q " * 300))
+    b.compact()
+
+
+def test_a_checkpoint_installed_between_two_reads_of_a_resync_is_kept(tmp_path: Path) -> None:
+    """Another process appends and installs between this process's read of the transcript
+    and its read of the sidecar: the new projection covers messages this process's copy of
+    the transcript lacks. It used to be dropped as invalid, the full transcript (three times
+    the window) could not be folded under the hard ceiling, and the receipt saying so was
+    written over the checkpoint — every process's prepare raised CompactionRequiredError."""
+    b = long_session(tmp_path)
+    a, store = hooked(tmp_path)
+    b.append(user("a move a's next prepare notices"))
+    before = stored_version(b)
+    store.after_transcript = lambda: install_more(b)
+    a.prepare()
+    assert store.after_transcript is None  # the race happened
+    assert not [n for n in a.notices if "dropped" in n]
+    assert stored_version(b) == (before or 0) + 1  # b's checkpoint is still the stored one
+    for cm in (a, b, ctxfold.open_session("s", config=b.config,
+                                          summarizer=RecordingSummarizer())):
+        cm.append(user("next turn"))
+        assert cm.prepare().messages[-1].content == "next turn"
+
+
+def test_a_checkpoint_installed_while_a_process_opens_the_session_is_kept(
+        tmp_path: Path) -> None:
+    b = long_session(tmp_path)
+    before = stored_version(b)
+    store = HookedStore(tmp_path / "sessions")
+    store.after_transcript = lambda: install_more(b)
+    a = ctxfold.open_session("s", config=b.config, store=store,
+                             summarizer=RecordingSummarizer())
+    assert store.after_transcript is None
+    assert not [n for n in a.notices if "dropped" in n]
+    a.resume()  # a sidecar write: it must not undo b's checkpoint
+    assert stored_version(b) == (before or 0) + 1
+    a.append(user("next turn"))
+    assert a.prepare().messages[-1].content == "next turn"
+
+
+def test_a_process_that_opens_while_another_installs_never_writes_over_that_install(
+        tmp_path: Path) -> None:
+    """The sidecar changes between the read that gives an opening process its state and the
+    bytes its compare-and-swap expects: its first write must lose, not overwrite."""
+    b = long_session(tmp_path)
+    before = stored_version(b)
+    store = HookedStore(tmp_path / "sessions")
+    store.after_sidecar = lambda: install_more(b)
+    a = ctxfold.open_session("s", config=b.config, store=store,
+                             summarizer=RecordingSummarizer())
+    assert store.after_sidecar is None
+    a.resume()
+    assert stored_version(b) == (before or 0) + 1
+    assert a.state.projection is not None
+    assert a.state.projection.projection_version == (before or 0) + 1
+
+
+def test_a_prepare_that_loses_its_install_above_the_hard_ceiling_tries_again(
+        tmp_path: Path) -> None:
+    """Another process installs while this one waits for its summary, then appends more
+    than the window holds: the re-read view is still above the hard ceiling. With summary
+    attempts left, the prepare folds again instead of raising CompactionRequiredError."""
+    summarizer = RecordingSummarizer()
+    config = make_config(tmp_path, window=8_000, ratio=0.8)
+    a = ctxfold.open_session("s", config=config, summarizer=summarizer)
+    seed(a)
+    for i in range(60):
+        a.append(user(f"a{i} " + "z " * 300))
+    assert a.estimate() >= a.hard_ceiling
+    b = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
+
+    def race(_request: Any) -> None:
+        if len(summarizer.requests) == 1:
+            b.compact()
+            for i in range(25):
+                b.append(user(f"b{i} " + "y " * 300))
+            assert b.estimate() >= b.hard_ceiling
+
+    summarizer.before = race
+    prepared = a.prepare()
+    assert len(summarizer.requests) == 2
+    assert prepared.tokens < a.hard_ceiling
+    assert prepared.messages[-1].content.startswith("b24 ")
+    receipt = a.state.last_receipt
+    assert receipt is not None and receipt.status is ReceiptStatus.APPLIED

@@ -1,9 +1,10 @@
 """The reliability harness (``benchmarks/reliability``, docs/reliability.md).
 
 The checks themselves are tested first, on made-up evidence, so that a harness that can no
-longer see a lost message, a torn batch, a stale view, a double commit, a crash or a leaked
-credential fails here (fast, in the main suite). The bounded run is ``slow``: CI runs the
-harness in its own step (``python -m benchmarks.reliability --kills 100 --fuzz 2000``).
+longer see a lost message, a torn batch, a stale view, a double commit, a wedged session, a
+crash, a hung call, a proxy's unhandled exception or a leaked credential fails here (fast, in
+the main suite). The bounded run is ``slow``: CI runs the harness in its own step
+(``python -m benchmarks.reliability --kills 1000 --fuzz 1200 --jobs 2``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from benchmarks.reliability import kill, leaks, processes
+from benchmarks.reliability import fuzz_proxy, fuzz_search, kill, leaks, processes
 from benchmarks.reliability.common import API_KEY, KEY_ENV, PASSWORD, Figures
 from benchmarks.reliability.fuzz_values import run_target
 from benchmarks.reliability.run import main
@@ -74,6 +75,116 @@ def test_the_process_checks_see_stale_views_losses_and_double_commits() -> None:
     assert figures.double_commits == 1
 
 
+def test_a_session_no_fresh_process_can_prepare_is_reported_wedged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Wedged:
+        def append(self, *_messages: object) -> None:
+            pass
+
+        def prepare(self) -> None:
+            raise ctxfold.CompactionRequiredError("request of 42990 tokens is at or above the "
+                                                  "hard ceiling")
+
+    monkeypatch.setattr(processes, "open_quiet", lambda *_a, **_k: Wedged())
+    figures = Figures()
+    processes.check_wedged(None, figures)
+    assert figures.failures == 1
+    assert "failures: the session is wedged after the run: CompactionRequiredError" in (
+        figures.problems)
+
+
+class Hanging:
+    """A stand-in for the search fuzz child: answers from a script; ``None`` is a hang."""
+
+    def __init__(self, *outcomes: dict[str, object] | None) -> None:
+        self.outcomes = list(outcomes)
+
+    def run(self, _args: object, _seconds: float) -> dict[str, object] | None:
+        return self.outcomes.pop(0) if self.outcomes else {"text": True, "mutated": False}
+
+
+def test_the_search_target_counts_hangs_crashes_and_mutations_and_stops_after_hangs() -> None:
+    child = Hanging({"text": True, "mutated": True},
+                    {"crash": "ValueError", "msg": "boom", "at": "session_search.py:9",
+                     "mutated": False},
+                    *[None] * fuzz_search.MAX_HANGS)
+    _strategy, check = fuzz_search.search_target(child, 1.0)  # type: ignore[arg-type]
+    figures = Figures()
+    for n in range(2 + fuzz_search.MAX_HANGS + 4):
+        check({"case": n}, figures)
+    assert figures.mutations == 1 and figures.crashes == 1
+    assert figures.failures == fuzz_search.MAX_HANGS
+    assert "failures: use_capability did not answer within 1 s (the call hung)" in (
+        figures.problems)
+    assert check.skipped() == 4  # type: ignore[attr-defined]
+
+
+class FakeProxy:
+    """A stand-in for the proxy under fuzzing: answers from a script."""
+
+    def __init__(self, *answers: tuple[int, str, bytes] | None, log: str = "") -> None:
+        self.answers = list(answers)
+        self.log = log
+        self.restarts = 0
+
+    def send(self, method: str, *_args: object) -> tuple[int, str, bytes] | None:
+        if method == "GET":
+            return 200, "application/json", b"{}"
+        return self.answers.pop(0)
+
+    def new_log(self) -> str:
+        log, self.log = self.log, ""
+        return log
+
+    def alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self.restarts += 1
+
+    def start(self) -> None:
+        pass
+
+
+def request() -> dict[str, object]:
+    return {"path": "/v1/chat/completions", "content_type": "application/json", "headers": {},
+            "body": b"[[[]]]"}
+
+
+def test_the_proxy_target_sees_500s_tracebacks_bad_error_shapes_and_hangs() -> None:
+    traceback = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+                 "RecursionError: maximum recursion depth exceeded\nINFO next line\n")
+    proxy = FakeProxy((500, "text/plain", b"Internal Server Error"),
+                      (200, "application/json", b"{}"),
+                      (400, "text/plain", b"bad"),
+                      (400, "application/json", b'{"error": {"message": "no"}}'),
+                      None, log=traceback)
+    _strategy, check = fuzz_proxy.proxy_target(proxy, 1.0)  # type: ignore[arg-type]
+    figures = Figures()
+    for _ in range(5):
+        check(request(), figures)
+    assert figures.crashes == 1  # the 500 is named by the traceback logged with it
+    assert "crashes: fuzz proxy: RecursionError: maximum recursion depth exceeded" in (
+        figures.problems)
+    assert figures.failures == 2  # a plain-text error, and a request never answered
+    assert proxy.restarts == 1
+    assert fuzz_proxy.exception_of("INFO fine\n") == ""
+
+
+def test_figures_read_back_from_a_json_record() -> None:
+    figures = Figures(kills=3, lost=1)
+    figures.problem("failures", "x", "e.g.")
+    figures.note("n", 2)
+    record = {"figures": {n: getattr(figures, n) for n in ("kills", "lost", "torn",
+              "fuzz_cases", "crashes", "faults", "recovered", "secrets", "stale_views",
+              "dups", "double_commits", "mutations", "failures", "torn_cases", "views",
+              "scanned")}, "notes": figures.notes,
+              "problems": {k: {"count": v[0], "examples": v[1]}
+                           for k, v in figures.problems.items()}}
+    again = Figures.of_record(json.loads(json.dumps(record)))
+    assert again == figures
+
+
 def test_a_fuzz_target_counts_only_non_ctxfold_exceptions_as_crashes() -> None:
     figures = Figures()
 
@@ -122,11 +233,11 @@ def test_bounded_harness_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch.setenv(KEY_ENV, API_KEY)
     report = tmp_path / "figures.json"
     code = main(["--kills", "20", "--fuzz", "150", "--torn", "40", "--faults", "50",
-                 "--rounds", "1", "--turns", "20", "--seed", "1", "--work",
+                 "--rounds", "2", "--turns", "20", "--jobs", "2", "--seed", "1", "--work",
                  str(tmp_path / "work"), "--json", str(report)])
     out = capsys.readouterr().out
     figures = json.loads(report.read_text())["figures"]
     assert code == 0, out
-    assert figures["kills"] >= 20 and figures["fuzz_cases"] >= 6 * 100
+    assert figures["kills"] >= 20 and figures["fuzz_cases"] >= 9 * 100
     assert figures["faults"] > 0 and figures["views"] > 0 and figures["scanned"] > 0
     assert out.splitlines()[-1].startswith("reliability: kills=")

@@ -46,6 +46,9 @@ _HELP = {
     "store.path": "Session directory, relative to the working directory.",
     "store.dsn_env": 'NAME of the environment variable holding the PostgreSQL DSN (store '
     '"postgres"; empty = CTXFOLD_POSTGRES_DSN).\n# Never put the DSN itself in this file.',
+    "store.connect_timeout_seconds": "Database store: seconds to wait for a connection.",
+    "store.statement_timeout_seconds": "Database store: the longest one statement may run; "
+    "a server that does not answer is given up on 2 s later.",
     "plugins.disabled": 'Plugins to block, e.g. ["estimators.tiktoken"] or an entry-point '
     "name.",
 }

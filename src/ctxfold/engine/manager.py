@@ -197,12 +197,14 @@ class ContextManager:
         input item or an OpenAI SDK message object; content parts are kept exactly as given.
         A malformed message raises :class:`MessageError` naming its index and field, and
         nothing is appended."""
-        where = f"session {self.session_id!r}: append"
         with self._lock:
             self._sync()
-            batch, calls = checked_batch(messages, self._call_ids, where)
+            batch, calls = checked_batch(messages, self._call_ids,
+                                         f"session {self.session_id!r}: append")
             repeated = repeated_system(self.session_id, self._canonical, batch)
-            self._watch.appended(self.store.append(self.session_id, batch))
+            if not self._watch.append(batch):  # an earlier attempt had stored it
+                self._sync()
+                return
             self._call_ids.add(calls)
             self._canonical.extend(batch)
             self._committer.transcript_version += 1

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from ctxfold.capabilities.bounding import bound_new_message
-from ctxfold.engine.sidecar import load_sidecar, sidecar_bytes
+from ctxfold.engine.sidecar import read_sidecar, sidecar_bytes, sidecar_state
 from ctxfold.engine.summarizing import (
     CallableSummarizer,
     SummarizeFn,
@@ -252,16 +252,21 @@ def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
         if not create:
             raise SessionError(f"session {session_id!r} does not exist in the store")
         store.create(session_id)
+    # The revision before anything is read (an append landing meanwhile is a move the next
+    # prepare notices), the sidecar before the transcript (sidecar.sidecar_state says why).
     revision = store.revision(session_id)
+    raw = read_sidecar(store, session_id)
     canonical = load_canonical(store, session_id)
-    state, notices = load_sidecar(store, codec, session_id, canonical)
+    state, notices, discarded = sidecar_state(store, codec, session_id, raw, canonical)
     if not state.prompt_cache_key:
         key = prompt_cache_key(parts.config, session_id, parts.workspace)
         state = attrs.evolve(state, prompt_cache_key=key)
 
     # The sidecar bytes this process last read or wrote: every write is a compare-and-swap
-    # against them, so another process's commit is never overwritten.
-    seen: list[bytes | None] = [_read_quietly(store, session_id)]
+    # against them, so another process's commit is never overwritten. They are the bytes the
+    # state came from: re-read here, they could hold a commit the state lacks, which the
+    # first write would then overwrite.
+    seen: list[bytes | None] = [None if discarded or not isinstance(raw, bytes) else raw]
 
     def reload() -> SidecarState | None:
         raw = _read_quietly(store, session_id)

@@ -52,13 +52,44 @@ def load_sidecar(
     the file (kept aside for audit) and a fresh state is returned with a notice. Newer schema
     → :class:`SidecarVersionError` (the file is left alone). Nothing is written otherwise:
     a re-normalised or dropped projection is only persisted by the next save.
+
+    ``canonical`` must have been read *after* the sidecar when other processes may write
+    (:func:`sidecar_state` says why); a caller that reads both itself uses that.
+    """
+    return sidecar_state(store, codec, session_id, read_sidecar(store, session_id),
+                         canonical)[:2]
+
+
+def read_sidecar(store: Store, session_id: str) -> bytes | SidecarError | None:
+    """The stored sidecar bytes, ``None`` when there are none, or the
+    :class:`SidecarError` reading them raised (:func:`sidecar_state` discards such a
+    sidecar; an unreadable sidecar never stops a session from opening)."""
+    try:
+        return store.read_sidecar(session_id)
+    except SidecarError as exc:
+        return exc
+
+
+def sidecar_state(
+    store: Store, codec: SidecarCodec, session_id: str, raw: bytes | SidecarError | None,
+    canonical: Sequence[Message],
+) -> tuple[SidecarState, list[str], bool]:
+    """The state of the sidecar ``raw`` (what :func:`read_sidecar` returned), validated
+    against ``canonical``: ``(state, notices, discarded)`` as :func:`load_sidecar` says;
+    ``discarded`` when it was invalid and the store set it aside.
+
+    Read the sidecar first and the transcript second: a projection covers only messages
+    that were committed before it was written, so a transcript read afterwards holds all of
+    them. Read the other way round, another process can append and install in between; the
+    projection then covers messages this copy of the transcript lacks and would be dropped
+    as invalid (the stored one is valid: it is this copy that is old).
     """
     data: Any = None
-    raw: bytes | None = None
     try:
-        raw = store.read_sidecar(session_id)
         if raw is None:
-            return fresh_state(), []
+            return fresh_state(), [], False
+        if isinstance(raw, SidecarError):
+            raise raw
         data = json.loads(raw.decode("utf-8"))
         state = codec.decode(data)  # a newer schema raises first: it is never discarded
         try:
@@ -75,14 +106,15 @@ def load_sidecar(
         reason = f"unreadable or invalid: {exc}"
         store.discard_sidecar(session_id, reason)
         salvaged = _salvage(codec, data) if isinstance(data, dict) and not (
-            SURROGATE_ESCAPE.search(raw or b"") and _lone_surrogate(data)) else None
+            isinstance(raw, bytes) and SURROGATE_ESCAPE.search(raw)
+            and _lone_surrogate(data)) else None
         kept = ("; its readable receipt and telemetry were kept" if salvaged is not None
                 else "")
         return salvaged or fresh_state(), [
             f"session {session_id!r}: sidecar discarded ({reason}){kept}; "
             "the context view was rebuilt from the transcript"
-        ]
-    return validate_projection(state, canonical, session_id)
+        ], True
+    return (*validate_projection(state, canonical, session_id), False)
 
 
 def reject_lone_surrogates(raw: bytes, data: Any) -> None:
@@ -252,8 +284,10 @@ __all__ = [
     "dumps_state",
     "fresh_state",
     "load_sidecar",
+    "read_sidecar",
     "save_sidecar",
     "session_settings",
     "sidecar_bytes",
+    "sidecar_state",
     "validate_projection",
 ]

@@ -11,10 +11,11 @@ prepare, an append or a capability call, at the price of one ``stat``:
   another process in between is seen too);
 * or the committer adopted another process's sidecar after losing a compare-and-swap.
 
-Then the transcript is re-read, the stored sidecar state is taken over and its projection
-is validated against that transcript (an adopted projection is never trusted as it is: one
-that no longer matches is dropped, with a notice), and the caller rebuilds what it derives
-from the transcript.
+Then the stored sidecar state is taken over, the transcript is re-read — in that order, so
+the transcript holds every message the stored projection covers — and the projection is
+validated against it (an adopted projection is never trusted as it is: one that no longer
+matches is dropped, with a notice), and the caller rebuilds what it derives from the
+transcript.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ctxfold.engine.sidecar import validate_projection
 from ctxfold.engine.transcript import Transcript, load_canonical
 from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.contracts import Store
-from ctxfold.kernel.types import Appended
+from ctxfold.kernel.errors import AppendError
+from ctxfold.kernel.types import Appended, Message
 
 
 class Watch:
@@ -43,6 +45,22 @@ class Watch:
             self.stale = True
         self.revision = appended.after
 
+    def append(self, batch: list[Message]) -> bool:
+        """Append ``batch`` to the store and record it; ``False`` when the store found it
+        already stored (an earlier attempt, reported as failed, had landed): this copy must
+        then be re-read, not extended. A failed append that may have landed
+        (``AppendError.landed`` not ``False``) marks the copy stale too."""
+        try:
+            appended = self._store.append(self._session_id, batch)
+        except AppendError as exc:
+            self.stale = self.stale or exc.landed is not False
+            raise
+        if appended.replayed:
+            self.stale = True
+            return False
+        self.appended(appended)
+        return True
+
     def resync(self, committer: Committer) -> tuple[Transcript, list[str]] | None:
         """``None`` when the stored session did not move since this process last saw it
         (one revision read); else the current transcript and the notices of validating the
@@ -52,8 +70,14 @@ class Watch:
         revision = self._store.revision(self._session_id)
         if not (self.stale or committer.adopted or revision != self.revision):
             return None
-        canonical = load_canonical(self._store, self._session_id)
+        # The sidecar before the transcript: a projection covers only messages committed
+        # before it was written, so the transcript read second holds all of them. The other
+        # order let another process append and install in between, and its valid projection
+        # was dropped here as covering more than this copy of the transcript (then written
+        # back without it by this process's next receipt: every process stuck above the
+        # hard ceiling).
         stored = committer.reload()
+        canonical = load_canonical(self._store, self._session_id)
         state, notices = validate_projection(stored or committer.state, canonical,
                                              self._session_id)
         committer.state = state

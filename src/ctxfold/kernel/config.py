@@ -78,6 +78,7 @@ def _allowed(text: str) -> dict[str, str]:
 
 
 _NON_NEGATIVE = _allowed("an integer >= 0")
+_SECONDS = _allowed("a number of seconds > 0")
 
 
 @attrs.frozen
@@ -178,6 +179,11 @@ class StoreConfig:
     sidecar_format: str = ""
     #: NAME of the environment variable holding a database store's DSN (``postgres``).
     dsn_env: str = ""
+    #: A database store's waits, in seconds: to connect, and for one statement (docs/stores.md).
+    connect_timeout_seconds: float = attrs.field(default=10.0, validator=_positive,
+                                                 metadata=_SECONDS)
+    statement_timeout_seconds: float = attrs.field(default=60.0, validator=_positive,
+                                                   metadata=_SECONDS)
 
 
 @attrs.frozen

@@ -13,7 +13,8 @@
     │   └── ToolResultError         session:tool_result lookup or paging error
     ├── ImporterError               a transcript file cannot be imported (unknown format or
     │                               malformed content; names file, position and reason)
-    ├── StoreError                  transcript file unreadable or corrupt (names file and line)
+    ├── StoreError                  transcript unreadable or corrupt (names file and line)
+    │   ├── AppendError             an append failed: ``landed`` False (not stored) or None
     │   └── SidecarError            sidecar unreadable, invalid or newer than this code
     │       └── SidecarVersionError sidecar written by a newer ctxfold (never discarded)
     ├── StaleContextError           a compare-and-swap install lost (something moved); the
@@ -83,7 +84,16 @@ class ImporterError(CtxfoldError):
 
 
 class StoreError(CtxfoldError):
-    """A transcript file is unreadable or corrupt."""
+    """A transcript file is unreadable or corrupt, or the store failed."""
+
+
+class AppendError(StoreError):
+    """An ``append()`` failed; ``landed``: ``False`` nothing of the batch was stored, ``None``
+    unknown (then appending the same batch again lands it once: ``docs/stores.md``)."""
+
+    def __init__(self, message: str, *, landed: bool | None) -> None:
+        super().__init__(message)
+        self.landed = landed
 
 
 class SidecarError(StoreError):

@@ -101,6 +101,9 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
             result = yield from run.fold(forced=trigger == "manual" or must_free, pruned=pruned)
         except CtxfoldError as exc:  # a manual compaction's summary failed: tell the caller
             return run.outcome(error=exc)
+        if result is FoldResult.STALE and run.tokens >= hard:  # lost to another process
+            must_free, pruned = True, run.prune_candidate()  # and still over: fold again
+            continue
         if result is not FoldResult.INSTALLED:
             break
         pruned = None  # applied inside the checkpoint

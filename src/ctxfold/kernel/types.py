@@ -148,6 +148,7 @@ class Appended:
 
     before: str
     after: str
+    replayed: bool = False  #: already stored by an earlier attempt: re-read, do not extend
 
 
 @attrs.frozen

@@ -6,15 +6,15 @@ the ``postgres`` extra (psycopg 3). The schema (:mod:`.postgres_schema`) is crea
 upgraded on first use, or explicitly with ``ctxfold store migrate``.
 
 It keeps the ``fs`` store's guarantees (``docs/stores.md``): a batch is one transaction,
-so it lands whole or not at all; every mutating operation first locks the session's row, so
-operations on one session are serialized across every connection; ``replace_sidecar``
-compares and writes under that lock; ``revision`` is one indexed read. Messages are stored as
-the ``fs`` store's line text, so a ``store copy`` between the two is byte-identical.
+so it lands whole or not at all, and lands once (:mod:`.postgres_append`); every mutating
+operation first locks the session's row, so operations on one session are serialized across
+every connection; ``replace_sidecar`` compares and writes under that lock; ``revision`` is
+one indexed read. Messages are stored as the ``fs`` store's line text, so a ``store copy``
+between the two is byte-identical.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
@@ -22,20 +22,23 @@ from ctxfold.engine.lineage import ForkPoint
 from ctxfold.kernel.errors import SessionError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.types import Appended, Message
+from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs_files import projection_within
-from ctxfold.plugins.stores.fs_lines import decode_message, encode_message
-from ctxfold.plugins.stores.postgres_conn import Connection
+from ctxfold.plugins.stores.fs_lines import decode_message
+from ctxfold.plugins.stores.postgres_append import Appends
+from ctxfold.plugins.stores.postgres_conn import read
 from ctxfold.plugins.stores.postgres_schema import dsn_from_env
 from ctxfold.session_id import validate_count_key, validate_session_id
 
 
-class PostgresStore(Connection):
+class PostgresStore(Appends):
     """Sessions in a PostgreSQL database (one connection per store, used by one thread at a
-    time; open one store per worker process)."""
+    time; open one store per worker process). ``append`` is :class:`.postgres_append.Appends`'s.
+    """
 
     # -- transcripts -------------------------------------------------------------------------
 
+    @read
     def exists(self, session_id: str) -> bool:
         with self._tx("exists") as cur:
             cur.execute("SELECT 1 FROM ctxfold_sessions WHERE id = %s",
@@ -51,16 +54,19 @@ class PostgresStore(Connection):
                 raise SessionError(f"session {session_id!r} already exists in the postgres "
                                    "store")
 
+    @read
     def list_sessions(self) -> list[str]:
         with self._tx("list sessions") as cur:
             cur.execute("SELECT id FROM ctxfold_sessions ORDER BY id")
             return [row[0] for row in cur.fetchall()]
 
+    @read
     def revision(self, session_id: str) -> str:
         with self._tx("revision") as cur:
             incarnation, revision, *_ = self._session(cur, session_id, lock=False)
             return f"{incarnation}:{revision}"
 
+    @read
     def load(self, session_id: str, *, repair: bool = True) -> list[Message]:
         """The canonical transcript (a database has no torn tail: ``repair`` changes
         nothing). Unchanged since the last load: one read; grown: only the new rows."""
@@ -83,6 +89,7 @@ class PostgresStore(Connection):
         return tuple(decode_message(text, f"postgres store: session {session_id!r} message "
                                           f"{position}") for position, text in cur)
 
+    @read
     def batches(self, session_id: str) -> list[list[Message]]:
         """The transcript as the batches it was appended in (``store copy`` replays them)."""
         with self._tx(f"read session {session_id!r}") as cur:
@@ -100,23 +107,7 @@ class PostgresStore(Connection):
                     text, f"postgres store: session {session_id!r} message {position}"))
             return out
 
-    def append(self, session_id: str, messages: Sequence[Message]) -> Appended:
-        """One transaction per batch: the rows and the session's new revision together."""
-        lines = [encode_message(m) for m in messages]
-        with self._tx(f"append to session {session_id!r}") as cur:
-            incarnation, revision, length, _, batches = self._session(cur, session_id)
-            before = f"{incarnation}:{revision}"
-            if not lines:
-                return Appended(before, before)
-            cur.executemany(
-                "INSERT INTO ctxfold_messages (session_id, position, batch, message) "
-                "VALUES (%s, %s, %s, %s)",
-                [(session_id, length + i, batches + 1, line) for i, line in enumerate(lines)])
-            cur.execute("UPDATE ctxfold_sessions SET revision = revision + 1, length = %s, "
-                        "batches = batches + 1, updated_at = clock_timestamp() WHERE id = %s",
-                        (length + len(lines), session_id))
-        return Appended(before, f"{incarnation}:{revision + 1}")
-
+    @read
     def last_activity(self, session_id: str) -> float | None:
         with self._tx("last activity") as cur:
             cur.execute("SELECT extract(epoch FROM updated_at) FROM ctxfold_sessions "
@@ -126,6 +117,7 @@ class PostgresStore(Connection):
 
     # -- sidecars ----------------------------------------------------------------------------
 
+    @read
     def read_sidecar(self, session_id: str) -> bytes | None:
         with self._tx(f"read the sidecar of {session_id!r}") as cur:
             self._session(cur, session_id, lock=False)
@@ -242,6 +234,8 @@ class PostgresStore(Connection):
                            ForkPoint(session_id, count, "rewind"), sidecar_within=None)
             cur.execute("DELETE FROM ctxfold_messages WHERE session_id = %s AND position >= %s",
                         (session_id, count))
+            cur.execute("DELETE FROM ctxfold_appends WHERE session_id = %s AND position >= %s",
+                        (session_id, count))
             cur.execute("UPDATE ctxfold_sessions SET revision = revision + 1, length = %s, "
                         "rewinds = rewinds + 1, updated_at = clock_timestamp() WHERE id = %s",
                         (count, session_id))
@@ -251,6 +245,7 @@ class PostgresStore(Connection):
             if row is not None and not projection_within(bytes(row[0]), count):
                 self._discard(cur, session_id, f"rewind to {count} messages")
 
+    @read
     def read_counts(self, session_id: str, key: str) -> bytes:
         with self._tx(f"read the token counts of {session_id!r}") as cur:
             cur.execute("SELECT data FROM ctxfold_token_counts WHERE session_id = %s AND "
@@ -274,7 +269,10 @@ class PostgresStore(Connection):
 
 
 def _create(context: StrategyContext[StoreOptions]) -> PostgresStore:
-    return PostgresStore(dsn_from_env(context.config.store.dsn_env))
+    store = context.config.store
+    return PostgresStore(dsn_from_env(store.dsn_env),
+                         connect_timeout=store.connect_timeout_seconds,
+                         statement_timeout=store.statement_timeout_seconds)
 
 
 @hookimpl

@@ -21,6 +21,11 @@ Version 3 adds the fork record to ``ctxfold_sessions``: ``parent_id``, ``fork_at
 ``fork_reason`` (``fork`` or ``rewind``) and ``forked_at`` — where a forked session came
 from (:class:`~ctxfold.ForkPoint`); null for a session that was created.
 
+Version 4 adds ``ctxfold_appends(session_id, batch_id)``: the id of every append, its first
+position and the revisions before and after it, written in the append's own transaction. An
+append retried after its commit's outcome was lost checks its id first, so it lands once
+(``docs/stores.md``, "An append lands once"). Appends made before version 4 have no row.
+
 Migrations run under a transaction-scoped advisory lock, so two processes starting at once
 never both create the tables; a database whose schema is newer than this ctxfold is refused.
 """
@@ -33,7 +38,7 @@ from typing import Any
 from ctxfold.kernel.errors import ConfigError, StoreError
 
 #: The schema version this ctxfold writes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: ``pg_advisory_xact_lock`` key of schema migrations (an arbitrary, fixed 64-bit number).
 MIGRATION_LOCK = 0x637478666F6C64  # "ctxfold"
 
@@ -88,8 +93,20 @@ ALTER TABLE ctxfold_sessions
     ADD COLUMN forked_at timestamptz;
 """
 
+# Version 4: the id of every append, so a retried append lands once (postgres.py).
+_V4 = """
+CREATE TABLE ctxfold_appends (
+    session_id text NOT NULL REFERENCES ctxfold_sessions (id) ON DELETE CASCADE,
+    batch_id text NOT NULL,
+    position integer NOT NULL,
+    revision_before bigint NOT NULL,
+    revision_after bigint NOT NULL,
+    PRIMARY KEY (session_id, batch_id)
+);
+"""
+
 #: ``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1``.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 
 
 def schema_version(cur: Any) -> int:
