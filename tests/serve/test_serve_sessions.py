@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from tests.serve.conftest import Served, call, log_text
 
 import ctxfold
@@ -271,3 +272,28 @@ def test_a_clients_own_fork_under_a_new_id_starts_from_the_checkpoint(serve) -> 
                                  create=False, summarize=lambda _r: "")
     assert child.state.projection is not None
     assert child.state.projection.covered_count >= projection.covered_count
+
+
+def test_a_resent_history_is_read_from_where_it_differs_with_the_same_result() -> None:
+    """The proxy re-reads only what changed; what it reads must equal a full read."""
+    from ctxfold.serve.client_request import RecentHistories, parse_request
+    from ctxfold.serve.sessions import chain_of, key_digest
+
+    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type":
+             "function", "function": {"name": "ls", "arguments": '{"p": "."}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a b"}]
+    recent = RecentHistories()
+    bodies = [base, [*base, {"role": "assistant", "content": "done"}],
+              [*base[:2], {"role": "user", "content": "edited"}],
+              [*base, {"role": "assistant", "content": "done"},
+               {"role": "user", "content": "more"}]]
+    for messages in bodies:
+        body = {"model": "m", "messages": json.loads(json.dumps(messages))}  # fresh dicts
+        fast = parse_request("chat", body, recent)
+        full = parse_request("chat", body)
+        assert fast.history == full.history
+        assert list(fast.chain) == chain_of([key_digest(m) for m in full.history])
+    bad = {"model": "m", "messages": [*base, {"role": "tool", "content": 3}]}
+    with pytest.raises(ctxfold.CtxfoldError, match=r"messages\[4\]"):
+        parse_request("chat", bad, recent)

@@ -105,7 +105,7 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
             body: Any = json.loads(await request.body())
         except (ValueError, RecursionError):
             raise ServeError("the request body is not JSON (or nests too deeply)") from None
-        client = parse_request(wire, body)
+        client = parse_request(wire, body, proxy.recent)
         session_id = proxy.conversation(request.headers, client)
         REQUEST.set((asyncio.get_running_loop(), forwarded))
         assert locks is not None

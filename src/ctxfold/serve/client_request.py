@@ -4,16 +4,19 @@ passes on untouched."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
 
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
+from ctxfold.interop.chat import message_from_openai
 from ctxfold.interop.coerce import to_messages, to_tools
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, ToolSchema
 from ctxfold.serve.errors import ServeError
+from ctxfold.serve.sessions import key_digest, link
 
 Wire = Literal["chat", "responses"]
 
@@ -44,16 +47,77 @@ class ClientRequest:
     instructions: bool = False
     #: The client's tools of types other than ``function``, as sent.
     other_tools: tuple[Mapping[str, Any], ...] = ()
+    #: The history's key digests and their hash chain (:mod:`ctxfold.serve.sessions`) when
+    #: reading it computed them (empty: the router computes them).
+    digests: tuple[bytes, ...] = ()
+    chain: tuple[bytes, ...] = ()
 
 
-def parse_request(wire: Wire, body: Any) -> ClientRequest:
-    """Read a client body; a :class:`ServeError` (HTTP 400) names what is wrong."""
+@attrs.frozen
+class _Read:
+    raw: list[Any]
+    messages: tuple[Message, ...]
+    digests: tuple[bytes, ...]
+    chain: tuple[bytes, ...]
+
+
+class RecentHistories:
+    """The chat histories read last, one per conversation (the newest), at most ``capacity``
+    of them: a request that resends one of them is read from its
+    first message that differs, since a message dict equal to the one at the same place last
+    time (compared as parsed JSON) is the same message, already converted and hashed. An
+    agent's next request is its last one plus the answer and what it did, so a turn costs
+    O(new messages) of conversion and hashing instead of O(history)."""
+
+    def __init__(self, capacity: int = 32) -> None:
+        self.capacity = capacity
+        self._reads: deque[_Read] = deque(maxlen=capacity)
+
+    def read(self, raw: list[Any], field: str) -> _Read | None:
+        """``raw`` (chat message dicts) read, or ``None`` when it holds anything but plain
+        chat messages (Responses items group into messages: read the usual way)."""
+        if not all(isinstance(d, Mapping) and not isinstance(d.get("type"), str)
+                   for d in raw):
+            return None
+        best, shared = None, 0
+        for earlier in self._reads:
+            n, limit = 0, min(len(earlier.raw), len(raw))
+            while n < limit and earlier.raw[n] == raw[n]:
+                n += 1
+            if n > shared:
+                best, shared = earlier, n
+        messages = list(best.messages[:shared]) if best else []
+        digests = list(best.digests[:shared]) if best else []
+        chain = list(best.chain[:shared]) if best else []
+        for i in range(shared, len(raw)):
+            message = message_from_openai(raw[i], where=f"{field}[{i}]")
+            digest = key_digest(message)
+            messages.append(message)
+            digests.append(digest)
+            chain.append(link(chain[-1] if chain else b"", digest))
+        read = _Read(raw, tuple(messages), tuple(digests), tuple(chain))
+        if best is not None:
+            self._reads.remove(best)  # this conversation's newest history stands for it
+        self._reads.append(read)
+        return read
+
+
+def parse_request(wire: Wire, body: Any,
+                  recent: RecentHistories | None = None) -> ClientRequest:
+    """Read a client body; a :class:`ServeError` (HTTP 400) names what is wrong. With
+    ``recent``, a chat history is read only from where it differs from one read before."""
     if not isinstance(body, Mapping):
         raise ServeError("the request body must be a JSON object")
     model = body.get("model", "")
     if not isinstance(model, str):
         raise ServeError("'model' must be a string", param="model")
-    history = _history(wire, body)
+    read = None
+    if recent is not None and wire == "chat" and isinstance(body.get("messages"), list):
+        try:
+            read = recent.read(body["messages"], "messages")
+        except MessageError as exc:
+            raise ServeError(str(exc), param="messages") from None
+    history = list(read.messages) if read is not None else _history(wire, body)
     if not history:
         raise ServeError(f"'{HISTORY_FIELD[wire]}' must not be empty", param=HISTORY_FIELD[wire])
     raw_tools = body.get("tools") or []
@@ -77,7 +141,8 @@ def parse_request(wire: Wire, body: Any) -> ClientRequest:
     return ClientRequest(wire=wire, model=model, history=tuple(history), tools=tools,
                          stream=stream, include_usage=include_usage, fields=fields,
                          instructions=wire == "responses" and bool(body.get("instructions")),
-                         other_tools=others)
+                         other_tools=others, digests=read.digests if read else (),
+                         chain=read.chain if read else ())
 
 
 def _tools(raw: list[Any]) -> tuple[tuple[ToolSchema, ...], tuple[Mapping[str, Any], ...]]:

@@ -25,7 +25,7 @@ from ctxfold.kernel.types import (
     SummaryResult,
     ToolSchema,
 )
-from ctxfold.serve.client_request import ClientRequest
+from ctxfold.serve.client_request import ClientRequest, RecentHistories
 from ctxfold.serve.pool import SessionPool
 from ctxfold.serve.routing import Router
 from ctxfold.serve.sessions import (
@@ -120,6 +120,7 @@ class Proxy:
         self.pool = SessionPool(self._open, lock_wait=settings.lock_wait,
                                 capacity=settings.capacity, max_bytes=settings.max_open_bytes)
         resolved = self.registry.resolve(config)
+        self.recent = RecentHistories()
         self.router = Router(self.pool, self.store, self.registry.create(
             SIDECAR_FORMAT, resolved.store.sidecar_format, config=resolved),
             lock_wait=settings.lock_wait, fork_after=settings.fork_after)

@@ -154,8 +154,11 @@ class Router:
         conversation, or continues one that another request holds. Returns the session
         that holds the history now."""
         history, tools = request.history, estimated_tools(request)
-        digests = await asyncio.to_thread(lambda: [key_digest(m) for m in history])
-        chain = chain_of(digests)
+        if request.chain:
+            digests, chain = list(request.digests), list(request.chain)
+        else:
+            digests = await asyncio.to_thread(lambda: [key_digest(m) for m in history])
+            chain = chain_of(digests)
         family = self._family(family_id)
         held = Held(self.pool, stack)
         for _ in range(MAX_REPLANS):

@@ -186,7 +186,8 @@ def key_digest(message: Message) -> bytes:
     return _hash_key(client_key(message))
 
 
-def _link(previous: bytes, digest: bytes) -> bytes:
+def link(previous: bytes, digest: bytes) -> bytes:
+    """The chain link after ``previous`` for a message of key digest ``digest``."""
     return hashlib.sha256(previous + digest).digest()
 
 
@@ -195,7 +196,7 @@ def chain_of(digests: Sequence[bytes]) -> list[bytes]:
     chain: list[bytes] = []
     previous = b""
     for digest in digests:
-        previous = _link(previous, digest)
+        previous = link(previous, digest)
         chain.append(previous)
     return chain
 
@@ -246,7 +247,7 @@ class ClientView:
 
     def _set_last(self, group: Group) -> None:
         self.groups[-1] = group
-        self.chain[-1] = _link(self.chain[-2] if len(self.chain) > 1 else b"", group.digest)
+        self.chain[-1] = link(self.chain[-2] if len(self.chain) > 1 else b"", group.digest)
 
     def _feed(self, message: Message) -> None:
         i = self.length
@@ -268,7 +269,7 @@ class ClientView:
             self._texts, self._calls = [message.content], list(theirs)
             digest = key_digest(message)
             self.groups.append(Group(digest=digest, start=i, end=i + 1))
-            self.chain.append(_link(self.chain[-1] if self.chain else b"", digest))
+            self.chain.append(link(self.chain[-1] if self.chain else b"", digest))
         self._open = message.role == "assistant" and bool(mine) and not theirs
 
     @property
