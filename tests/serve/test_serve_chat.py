@@ -181,3 +181,29 @@ def test_tool_results_are_bounded_before_they_go_upstream(serve) -> None:
     third = served.post("/chat/completions", {"model": "m", "messages": messages,
                                                "tools": [BASH]})
     assert third.headers["x-ctxfold-session"] == session
+
+
+@pytest.mark.parametrize("profile", ["deepseek", "responses"])
+def test_the_encoded_upstream_body_is_the_body_to_the_byte(serve, profile: str) -> None:
+    """The proxy builds each upstream body from per-message JSON it keeps between turns; the
+    bytes must be those of the whole body encoded at once."""
+    from ctxfold.serve.client_request import parse_request
+    from ctxfold.transport.provider import serialize_body
+
+    served = serve(profile, script=[call("c1"), ReplySpec(text="done")], window=6000)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "s"},
+                                     {"role": "user", "content": "héllo ✓ \\u2028"}]
+    first = served.post("/chat/completions", {"model": "m", "messages": history,
+                                               "tools": [BASH], "temperature": 0})
+    history += [first.json()["choices"][0]["message"],
+                {"role": "tool", "tool_call_id": "c1", "content": log_text(40_000)}]
+    session = first.headers["x-ctxfold-session"]
+    cm = served.proxy.pool.get(session, ())
+    for stream in (False, True):
+        request = parse_request("chat", {"model": "m", "messages": history, "tools": [BASH],
+                                         "stream": stream, "temperature": 0})
+        prepared = cm.prepare()
+        upstream = served.proxy.upstream
+        for _ in range(2):  # the second time from the cache
+            assert upstream.encoded(request, prepared, cache_key="k") == serialize_body(
+                upstream.body(request, prepared, cache_key="k"))

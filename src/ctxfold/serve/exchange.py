@@ -105,11 +105,11 @@ class Exchange:
 
     # -- one round ------------------------------------------------------------------------
 
-    async def _body(self, trigger: Trigger) -> dict[str, Any]:
+    async def _body(self, trigger: Trigger) -> bytes:
         prepared = await asyncio.to_thread(self.cm.prepare, trigger)
         self.first = self.first or prepared
         self.actions.append(prepared.action.value)
-        return self.upstream.body(self.request, prepared,
+        return self.upstream.encoded(self.request, prepared,
                                   cache_key=self.cm.state.prompt_cache_key)
 
     async def open_stream(self, first: Trigger = "pressure") -> None:

@@ -10,6 +10,7 @@ the history replaced by ctxfold's view (see :meth:`Upstream.body`).
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -18,12 +19,12 @@ from typing import Any
 import attrs
 
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
-from ctxfold.engine.prepared import PreparedRequest
+from ctxfold.engine.prepared import PreparedRequest, to_openai_messages
 from ctxfold.interop.chat import tool_schema_to_openai
-from ctxfold.interop.responses import tool_item
+from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Provider
 from ctxfold.kernel.errors import ConfigError
-from ctxfold.kernel.types import SummaryRequest, SummaryResult
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
 from ctxfold.plugins.summarizers.llm import LLMSummarizer
 from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
 from ctxfold.transport.aclient import AsyncEventStream, AsyncHttpClient
@@ -33,6 +34,15 @@ from ctxfold.transport.settings import JsonResult
 #: Fields both wire formats read alike, passed on when the client's format differs.
 _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_calls", "user",
                      "metadata", "service_tier"})
+
+
+#: Messages whose JSON the upstream keeps (then it starts over).
+_MAX_FRAGMENTS = 65_536
+
+
+def _dumps(value: Any) -> str:
+    """JSON as the transport sends it (compact, UTF-8 kept)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 #: Fields that only mean something when tools are offered.
@@ -101,6 +111,7 @@ class Upstream:
         self.model = inner.model
         self.settings = inner.http.settings
         self.on_request = on_request
+        self._fragments: dict[int, tuple[Message, str]] = {}
         #: Retries of a client's request: none by default — the client (its SDK) retries
         #: what the proxy answers with a 429 or 5xx, so attempts do not multiply.
         self.retries = retries
@@ -135,7 +146,37 @@ class Upstream:
         ``model`` makes every body extend the previous one's bytes between installs."""
         view = prepared.to_openai() if self.wire == "chat" else prepared.to_responses()
         field = HISTORY_FIELD[self.wire]
-        body: dict[str, Any] = {"model": request.model or self.model, field: view[field]}
+        rest = self._fields(request, prepared, cache_key)
+        return {"model": rest.pop("model"), field: view[field], **rest}
+
+    def encoded(self, request: ClientRequest, prepared: PreparedRequest, *,
+                cache_key: str) -> bytes:
+        """The exact bytes of :meth:`body`, each message's JSON cached per message: between
+        two checkpoints the view is the same messages plus new ones, so a turn encodes only
+        its new messages (and the rest of the body)."""
+        rest = self._fields(request, prepared, cache_key)
+        history = ",".join(f for f in map(self._fragment, prepared.messages) if f)
+        head = (f'{{"model":{_dumps(rest.pop("model"))},'
+                f'"{HISTORY_FIELD[self.wire]}":[{history}]')
+        tail = _dumps(rest)
+        return (head + ("}" if tail == "{}" else "," + tail[1:])).encode()
+
+    def _fragment(self, message: Message) -> str:
+        """``message``'s part of the history, as JSON (cached by the message object)."""
+        cached = self._fragments.get(id(message))
+        if cached is not None and cached[0] is message:
+            return cached[1]
+        form = to_openai_messages([message]) if self.wire == "chat" else input_items([message])
+        text = ",".join(map(_dumps, form))
+        if len(self._fragments) >= _MAX_FRAGMENTS:
+            self._fragments.clear()
+        self._fragments[id(message)] = (message, text)
+        return text
+
+    def _fields(self, request: ClientRequest, prepared: PreparedRequest,
+                cache_key: str) -> dict[str, Any]:
+        """The body but its history: ``model`` and the other fields (see :meth:`body`)."""
+        body: dict[str, Any] = {"model": request.model or self.model}
         fields = request.fields if request.wire == self.wire else translate_fields(
             request.fields, self.wire)
         tools = self.tools(request)
@@ -173,18 +214,19 @@ class Upstream:
         return [f"{t['type']}:{t['name']}" if isinstance(t.get("name"), str) else
                 str(t["type"]) for t in request.other_tools]
 
-    def _observe(self, body: Mapping[str, Any]) -> None:
+    def _observe(self, body: Mapping[str, Any] | bytes) -> None:
         if self.on_request is not None:
-            self.on_request(serialize_body(body))
+            self.on_request(body if isinstance(body, bytes) else serialize_body(body))
 
-    async def post(self, body: Mapping[str, Any], forwarded: str | None) -> JsonResult:
+    async def post(self, body: Mapping[str, Any] | bytes,
+                   forwarded: str | None) -> JsonResult:
         """POST a non-streaming body; typed :class:`~ctxfold.ProviderError` on failure."""
         self._observe(body)
         return await self._http(forwarded).post_json(self.path, body,
                                                      max_retries=self.retries)
 
     @asynccontextmanager
-    async def stream(self, body: Mapping[str, Any],
+    async def stream(self, body: Mapping[str, Any] | bytes,
                      forwarded: str | None) -> AsyncIterator[AsyncEventStream]:
         """POST a streaming body; entering returns once the response headers arrived."""
         self._observe(body)

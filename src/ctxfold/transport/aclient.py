@@ -76,9 +76,9 @@ class AsyncHttpClient(ClientBase):
         self._client = httpx.AsyncClient(timeout=self.timeout(), transport=transport)
 
     async def post_json(
-        self, path: str, body: Mapping[str, Any], *, max_retries: int | None = None
+        self, path: str, body: Mapping[str, Any] | bytes, *, max_retries: int | None = None
     ) -> JsonResult:
-        """POST ``body`` and parse a JSON answer."""
+        """POST ``body`` (or its JSON bytes, already encoded) and parse a JSON answer."""
         response, key = await self._send(path, body, stream=False, max_retries=max_retries)
         rid = self.request_id(response.headers)
         try:
@@ -94,7 +94,7 @@ class AsyncHttpClient(ClientBase):
 
     @asynccontextmanager
     async def stream_events(
-        self, path: str, body: Mapping[str, Any], *, max_retries: int | None = None
+        self, path: str, body: Mapping[str, Any] | bytes, *, max_retries: int | None = None
     ) -> AsyncIterator[AsyncEventStream]:
         """POST ``body`` and yield the event stream; the response is closed on exit."""
         response, key = await self._send(path, body, stream=True, max_retries=max_retries)
@@ -129,12 +129,14 @@ class AsyncHttpClient(ClientBase):
                                     kind=read_kind(exc)) from None
 
     async def _send(
-        self, path: str, body: Mapping[str, Any], *, stream: bool, max_retries: int | None = None
+        self, path: str, body: Mapping[str, Any] | bytes, *, stream: bool,
+        max_retries: int | None = None
     ) -> tuple[httpx.Response, str | None]:
         s = self.settings
         retries = s.max_retries if max_retries is None else max_retries
         url = self.url_for(path)
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        content = body if isinstance(body, bytes) else json.dumps(
+            body, ensure_ascii=False, separators=(",", ":")).encode()
         attempt = 0
         while True:
             headers = self.headers(stream)
