@@ -140,7 +140,7 @@ class Router:
         """The session the history continues (the longest one it extends), else the one
         it shares the longest prefix with."""
         best: tuple[str, Match] | None = None
-        for session_id, view in family.views.items():
+        for session_id, view in list(family.views.items()):  # (threads add views)
             found = match(view, chain)
             if best is None or (found.extends, found.matched) > (best[1].extends,
                                                                   best[1].matched):
@@ -180,10 +180,10 @@ class Router:
                 except SessionBusyError:  # held by another request: continue beside it
                     return await self._fork(family, session_id, found, request, digests,
                                             chain, held)
-                cm = await asyncio.to_thread(self._refresh, family, session_id, tools)
-                found = match(family.views[session_id], chain)
+                cm, found = await asyncio.to_thread(self._continue, family, session_id, tools,
+                                                    chain, history)
                 if found.extends:
-                    await self._append(family, session_id, cm, history[found.matched:], held)
+                    held.stack.callback(self._settled, family, session_id, cm)
                     return session_id, cm
                 continue  # it changed while we waited: plan again
             return await self._fork(family, session_id, found, request, digests, chain,
@@ -203,18 +203,35 @@ class Router:
             view.extend(cm.messages_from(view.length))
         return cm
 
+    def _continue(self, family: Family, session_id: str, tools: Sequence[ToolSchema],
+                  chain: Sequence[bytes], history: Sequence[Message]
+                  ) -> tuple[ContextManager, Match]:
+        """The session (its lock held) brought up to date and matched again; when the
+        history still extends it, its new messages appended (worker thread: one hop for
+        the whole continuation)."""
+        cm = self._refresh(family, session_id, tools)
+        found = match(family.views[session_id], chain)
+        if found.extends:
+            self._write(family, session_id, cm, history[found.matched:])
+        return cm, found
+
+    def _write(self, family: Family, session_id: str, cm: ContextManager,
+               new: Sequence[Message]) -> None:
+        """Append the request's new messages (worker thread)."""
+        if new:
+            try:
+                _admit(cm, new)
+                cm.append(*new)
+            except MessageError as exc:
+                raise ServeError(f"session {session_id!r}: {exc}") from None
+        self._settled(family, session_id, cm)
+
     async def _append(self, family: Family, session_id: str, cm: ContextManager,
                       new: Sequence[Message], held: Held) -> None:
         """Append the request's new messages; when the request lets the session go, its
         index entry reads the answer too (before the lock is released)."""
         held.stack.callback(self._settled, family, session_id, cm)
-        if new:
-            try:
-                await asyncio.to_thread(_admit, cm, new)
-                await asyncio.to_thread(cm.append, *new)
-            except MessageError as exc:
-                raise ServeError(f"session {session_id!r}: {exc}") from None
-        self._settled(family, session_id, cm)
+        await asyncio.to_thread(self._write, family, session_id, cm, new)
 
     def _settled(self, family: Family, session_id: str, cm: ContextManager) -> None:
         """The session's index entry reads what the request added (the answer, a
@@ -226,7 +243,7 @@ class Router:
         self.pool.measure(session_id, cm)
 
     def _view_of(self, session_id: str) -> ClientView | None:
-        for family in self.families.values():
+        for family in list(self.families.values()):
             if session_id in family.views:
                 return family.views[session_id]
         return None
