@@ -30,7 +30,7 @@ from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import Wire, parse_request
 from ctxfold.serve.errors import ServeError, error_answer, error_envelope, error_headers
 from ctxfold.serve.exchange import Exchange
-from ctxfold.serve.guard import Guard, GuardSettings
+from ctxfold.serve.guard import DECODED, Guard, GuardSettings
 from ctxfold.serve.proxy import REQUEST, Proxy
 
 log = logging.getLogger("ctxfold.serve")
@@ -101,10 +101,12 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
                  (time.perf_counter() - started) * 1000)
 
     try:
-        try:
-            body: Any = json.loads(await request.body())
-        except (ValueError, RecursionError):
-            raise ServeError("the request body is not JSON (or nests too deeply)") from None
+        body: Any = getattr(request.state, DECODED, None)  # the guard decoded it
+        if body is None:
+            try:
+                body = json.loads(await request.body())
+            except (ValueError, RecursionError):
+                raise ServeError("the request body is not JSON (or nests too deeply)") from None
         client = parse_request(wire, body, proxy.recent)
         session_id = proxy.conversation(request.headers, client)
         REQUEST.set((asyncio.get_running_loop(), forwarded))

@@ -129,13 +129,22 @@ def depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def _too_deep(body: bytes, limit: int) -> bool:
+#: Where the guard leaves a body it decoded (``scope["state"]``, Starlette's
+#: ``request.state``), so the application does not decode it a second time.
+DECODED = "ctxfold_json"
+_NOT_JSON = object()
+
+
+def _decoded(body: bytes, limit: int) -> tuple[bool, Any]:
+    """``(too deep, the decoded body)``; the body is :data:`_NOT_JSON` when it is not JSON
+    (the application then says so)."""
     try:
-        return depth_exceeds(json.loads(body), limit)
+        value = json.loads(body)
     except RecursionError:  # deeper than the decoder itself goes
-        return True
-    except ValueError:  # not JSON: the application says so
-        return False
+        return True, _NOT_JSON
+    except ValueError:
+        return False, _NOT_JSON
+    return depth_exceeds(value, limit), value
 
 
 class Guard:
@@ -226,8 +235,10 @@ class Guard:
             if isinstance(read, JSONResponse):
                 refusal = read
             else:
-                deep = await asyncio.to_thread(_too_deep, read, self.settings.max_depth) \
-                    if len(read) > _INLINE_CHECK else _too_deep(read, self.settings.max_depth)
+                deep, value = await asyncio.to_thread(_decoded, read, self.settings.max_depth) \
+                    if len(read) > _INLINE_CHECK else _decoded(read, self.settings.max_depth)
+                if not deep and value is not _NOT_JSON:
+                    scope.setdefault("state", {})[DECODED] = value
                 if deep:
                     refusal = _refusal(400, "nesting_too_deep", (
                         f"the request body nests JSON deeper than {self.settings.max_depth} "
