@@ -654,3 +654,26 @@ def test_temp_files_of_killed_writes_are_removed_by_the_next_write(store: FsStor
     fresh.write_sidecar("s", b"{}")
     assert not any(p.exists() for p in dead)
     assert live.exists() and other.exists()
+
+
+def test_a_session_held_by_filelock_elsewhere_is_waited_for_then_refused(
+        tmp_path, monkeypatch) -> None:
+    """The session lock is an exclusive flock on POSIX: a holder that takes it with
+    filelock (another process, an older ctxfold) excludes this one, which waits and then
+    says who holds what."""
+    import filelock
+
+    import ctxfold.plugins.stores.fs as fs_module
+    from ctxfold.kernel.errors import StoreError
+    from ctxfold.kernel.types import Message
+    from ctxfold.plugins.stores.fs import FsStore
+
+    store = FsStore(tmp_path)
+    store.create("s")
+    monkeypatch.setattr(fs_module, "LOCK_TIMEOUT", 0.2)
+    holder = filelock.FileLock(tmp_path / "s.lock")
+    with holder:
+        with pytest.raises(StoreError, match=r"session 's': lock .*s\.lock is held"):
+            store.append("s", [Message(role="user", content="blocked")])
+    store.append("s", [Message(role="user", content="after")])
+    assert [m.content for m in store.load("s")] == ["after"]
