@@ -259,7 +259,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(results: list[dict[str, Any]], command: str,
-           below: dict[str, Any] | None = None) -> str:
+           below: list[dict[str, Any]] | None = None) -> str:
     def ms(value: float | None) -> str:
         return "—" if value is None else f"{value:.1f} ms"
 
@@ -298,29 +298,31 @@ def report(results: list[dict[str, Any]], command: str,
         row("serve process memory at the end / peak (RSS)",
             lambda r: f"{r['rss_mib']:.0f} / {r['peak_rss_mib']:.0f} MiB"),
         "",
-        "Where a turn's time goes in the proxy (one client, a 30-message history): reading the "
-        "body into messages (O(history)), reconciling it with the transcript, the durable "
-        "append (an fsync), `prepare()` (estimating the new messages) and writing the "
-        "upstream body — a few milliseconds each, all on one Python process, so with many "
-        "concurrent clients on few cores the added latency is mostly waiting for the CPU. "
-        "The machine is shared (other jobs ran beside the benchmark), so tails are noisy.",
-        *([] if below is None else [
+        "Where a turn's time goes in the proxy: decoding the client's body (O(history), in C), "
+        "reading only the messages that differ from the conversation's last request, the two "
+        "durable appends (an fsync each), `prepare()` (counting the new messages), the "
+        "upstream body from each message's JSON kept between turns, and the HTTP layers — "
+        "all on one Python process, so with many concurrent clients on few cores the added "
+        "latency is mostly waiting for the CPU. Tails are noisy on a shared machine.",
+        *([] if not below else [
             "",
             f"**Added latency below the trigger, one continuing conversation** "
-            f"({below['turns']} turns, each appending a tool call and a "
-            f"{below['result_chars']:,}-character result, so the history grows to "
-            f"{2 * below['turns'] + 2} messages; the window is large enough that nothing is "
-            "folded): each turn's body is sent straight to the emulator and through the proxy "
-            "back to back, alternating which goes first, and the difference is the proxy's "
-            "own work (reading the body, matching it to the session, the durable append, "
-            "`prepare()`, the upstream body, the answer).",
+            f"({below[0]['turns']} turns, each appending a tool call and its result, so the "
+            f"history grows to {2 * below[0]['turns'] + 2} messages; the window is large enough "
+            "that nothing is folded): each turn's body is sent straight to the emulator and "
+            "through the proxy back to back, alternating which goes first, and the difference "
+            "is the proxy's own work (reading the body, matching it to the session, the two "
+            "durable appends of a turn — the client's new messages and the answer, each an "
+            "fsync — `prepare()`, the upstream body, the answer).",
             "",
-            "| request | added p50 | p90 | p99 |",
+            "| each tool result | history at the median turn | non-streamed, whole answer: "
+            "added p50 / p90 / p99 | streamed, first delta: added p50 / p90 / p99 |",
             "|---|---|---|---|",
-            f"| non-streamed, whole answer | {ms(below['plain_p50'])} | "
-            f"{ms(below['plain_p90'])} | {ms(below['plain_p99'])} |",
-            f"| streamed, first delta | {ms(below['stream_p50'])} | "
-            f"{ms(below['stream_p90'])} | {ms(below['stream_p99'])} |",
+            *(f"| {b['result_chars']:,} characters | about "
+              f"{b['turns'] // 2 * (b['result_chars'] + 150) // 1000:,} KB | "
+              f"{ms(b['plain_p50'])} / {ms(b['plain_p90'])} / {ms(b['plain_p99'])} | "
+              f"{ms(b['stream_p50'])} / {ms(b['stream_p90'])} / {ms(b['stream_p99'])} |"
+              for b in below),
         ]),
     ])
 
@@ -334,21 +336,22 @@ def main() -> None:
     parser.add_argument("--result-chars", type=int, default=4000)
     parser.add_argument("--overhead-turns", type=int, default=200,
                         help="turns of the below-the-trigger overhead run (0: skip it)")
+    parser.add_argument("--overhead-chars", default="100,1000,4000",
+                        help="comma-separated tool-result sizes of the overhead runs")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     results = []
     for clients in (int(n) for n in args.clients.split(",")):
         results.append(run(argparse.Namespace(**{**vars(args), "clients": clients})))
-    below = overhead(argparse.Namespace(turns=args.overhead_turns,
-                                        result_chars=args.result_chars)) \
-        if args.overhead_turns else None
+    below = [overhead(argparse.Namespace(turns=args.overhead_turns, result_chars=int(chars)))
+             for chars in args.overhead_chars.split(",")] if args.overhead_turns else []
     command = "python benchmarks/bench_serve.py" + "".join(
         f" --{k.replace('_', '-')} {getattr(args, k)}" for k in
-        ("clients", "turns", "window", "result_chars", "overhead_turns")
+        ("clients", "turns", "window", "result_chars", "overhead_turns", "overhead_chars")
         if getattr(args, k) != parser.get_default(k))
     text = report(results, command, below)
     print(text)
-    print(json.dumps([*results, below], indent=2))
+    print(json.dumps([*results, *below], indent=2))
     if not args.no_write:
         write_section(SECTION, text)
 

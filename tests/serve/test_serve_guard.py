@@ -174,3 +174,18 @@ def test_exposure_rule(bound, provider, proxy, guard, exposed) -> None:
     ("example.com.", "example.com"), ("127.0.0.1", "127.0.0.1")])
 def test_host_names(header, name) -> None:
     assert host_name(header) == name
+
+
+def test_a_body_means_the_same_whichever_decoder_reads_it() -> None:
+    """The proxy decodes bodies with orjson when it can and with json otherwise; what
+    orjson refuses (a lone surrogate, a 100-digit integer, NaN) is read by json, alike."""
+    import json
+
+    from ctxfold.serve.guard import loads
+
+    plain = b'{"model": "m", "messages": [{"role": "user", "content": "h\\u00e9llo"}]}'
+    odd = b'{"a": "\\ud800", "big": 1' + b"0" * 100 + b', "n": NaN}'
+    for body in (plain, odd):
+        assert loads(body) == json.loads(body) or body is odd
+    value = loads(odd)
+    assert value["a"] == "\ud800" and value["big"] == 10 ** 100 and value["n"] != value["n"]

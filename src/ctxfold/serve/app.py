@@ -11,7 +11,6 @@ headers is logged, stored or echoed.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -30,7 +29,7 @@ from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import Wire, parse_request
 from ctxfold.serve.errors import ServeError, error_answer, error_envelope, error_headers
 from ctxfold.serve.exchange import Exchange
-from ctxfold.serve.guard import DECODED, Guard, GuardSettings
+from ctxfold.serve.guard import DECODED, Guard, GuardSettings, loads
 from ctxfold.serve.proxy import REQUEST, Proxy
 
 log = logging.getLogger("ctxfold.serve")
@@ -104,7 +103,7 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
         body: Any = getattr(request.state, DECODED, None)  # the guard decoded it
         if body is None:
             try:
-                body = json.loads(await request.body())
+                body = loads(await request.body())
             except (ValueError, RecursionError):
                 raise ServeError("the request body is not JSON (or nests too deeply)") from None
         client = parse_request(wire, body, proxy.recent)
