@@ -99,6 +99,7 @@ class Exchange:
         self._shown_calls = 0
         self._forwarded = False  # something of this round reached the client
         self._recovered = False  # this round already recovered from an overflow
+        self._used_capability = False  # the model called use_capability in this answer
         self.actions: list[str] = []
         self._round_stack = AsyncExitStack()
         self._events: AsyncEventStream | None = None
@@ -109,7 +110,7 @@ class Exchange:
         prepared = await asyncio.to_thread(self.cm.prepare, trigger)
         self.first = self.first or prepared
         self.actions.append(prepared.action.value)
-        return self.upstream.encoded(self.request, prepared,
+        return self.upstream.encoded(self.request, prepared, offer=self._used_capability,
                                   cache_key=self.cm.state.prompt_cache_key)
 
     async def open_stream(self, first: Trigger = "pressure") -> None:
@@ -171,6 +172,7 @@ class Exchange:
         message = response.message
         mine = [c for c in message.tool_calls if c.name == USE_CAPABILITY]
         theirs = [c for c in message.tool_calls if c.name != USE_CAPABILITY]
+        self._used_capability = self._used_capability or bool(mine)
         answers = [Message(role="tool", tool_call_id=c.id, name=USE_CAPABILITY,
                            content=_capability_answer(self.cm, c.arguments)) for c in mine]
         self.cm.append(message, *answers)

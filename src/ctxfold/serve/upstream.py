@@ -49,12 +49,6 @@ def _dumps(value: Any) -> str:
 _TOOL_FIELDS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
 
 
-def _called(prepared: PreparedRequest) -> bool:
-    """The view shows the model calling ``use_capability``: keep offering what it used."""
-    return any(c.name == USE_CAPABILITY_TOOL.name for m in prepared.messages
-               for c in m.tool_calls)
-
-
 def http_provider_of(provider: Provider) -> HttpProvider:
     """The :class:`~ctxfold.HttpProvider` behind ``provider`` (the emulator wraps one)."""
     inner = getattr(provider, "inner", provider)
@@ -138,7 +132,7 @@ class Upstream:
         return clone
 
     def body(self, request: ClientRequest, prepared: PreparedRequest, *,
-             cache_key: str) -> dict[str, Any]:
+             cache_key: str, offer: bool = False) -> dict[str, Any]:
         """The upstream body: ``model``, then the view (``messages`` or ``input``), then the
         client's other fields in its order — ``tools`` replaced by the view's tools (the
         client's, then ``use_capability``), usage asked for on a chat stream, the session's
@@ -146,15 +140,15 @@ class Upstream:
         ``model`` makes every body extend the previous one's bytes between installs."""
         view = prepared.to_openai() if self.wire == "chat" else prepared.to_responses()
         field = HISTORY_FIELD[self.wire]
-        rest = self._fields(request, prepared, cache_key)
+        rest = self._fields(request, prepared, cache_key, offer)
         return {"model": rest.pop("model"), field: view[field], **rest}
 
     def encoded(self, request: ClientRequest, prepared: PreparedRequest, *,
-                cache_key: str) -> bytes:
+                cache_key: str, offer: bool = False) -> bytes:
         """The exact bytes of :meth:`body`, each message's JSON cached per message: between
         two checkpoints the view is the same messages plus new ones, so a turn encodes only
         its new messages (and the rest of the body)."""
-        rest = self._fields(request, prepared, cache_key)
+        rest = self._fields(request, prepared, cache_key, offer)
         history = ",".join(f for f in map(self._fragment, prepared.messages) if f)
         head = (f'{{"model":{_dumps(rest.pop("model"))},'
                 f'"{HISTORY_FIELD[self.wire]}":[{history}]')
@@ -174,13 +168,15 @@ class Upstream:
         return text
 
     def _fields(self, request: ClientRequest, prepared: PreparedRequest,
-                cache_key: str) -> dict[str, Any]:
-        """The body but its history: ``model`` and the other fields (see :meth:`body`)."""
+                cache_key: str, offer: bool) -> dict[str, Any]:
+        """The body but its history: ``model`` and the other fields (see :meth:`body`);
+        ``use_capability`` among the tools when the view has something for it, or when
+        ``offer`` (the model called it in an earlier round of this answer)."""
         body: dict[str, Any] = {"model": request.model or self.model}
         fields = request.fields if request.wire == self.wire else translate_fields(
             request.fields, self.wire)
         tools = self.tools(request)
-        if prepared.offers_capability or _called(prepared):
+        if prepared.offers_capability or offer:
             tools.append(tool_schema_to_openai(USE_CAPABILITY_TOOL) if self.wire == "chat"
                          else tool_item(USE_CAPABILITY_TOOL))
         for key, value in fields.items():
