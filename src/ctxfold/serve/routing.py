@@ -329,6 +329,10 @@ class Router:
             return target, cm
 
 
+#: Characters per token of the window a too-long message is first counted on.
+_ADMIT_CHARS = 8
+
+
 def _admit(cm: ContextManager, new: Sequence[Message]) -> None:
     """Refuse, before anything is written, a new message no request could ever carry: one
     that alone is at or above the window's hard ceiling (tool results count bounded, as
@@ -337,11 +341,18 @@ def _admit(cm: ContextManager, new: Sequence[Message]) -> None:
         if len(message.text) * 4 < cm.hard_ceiling:  # at most 4 tokens per character
             continue
         stored = bound_new_message(message)
-        tokens = cm.estimator.estimate(RequestShape([stored], ()))
+        # Count a window's worth of characters first: a message far over the window (a
+        # pasted 50 MB log) is refused without tokenizing all of it.
+        head = stored.text[:_ADMIT_CHARS * cm.hard_ceiling]
+        if len(head) < len(stored.text) and cm.estimator.estimate(RequestShape(
+                [Message(role=stored.role, content=head)], ())) >= cm.hard_ceiling:
+            tokens = cm.hard_ceiling
+        else:
+            tokens = cm.estimator.estimate(RequestShape([stored], ()))
         if tokens >= cm.hard_ceiling:
             raise ServeError(
                 f"a new message of the request ({stored.role}, the {i + 1}. of "
-                f"{len(new)}) holds about {tokens} tokens, at or above what the window of "
+                f"{len(new)}) holds at least {tokens} tokens, at or above what the window of "
                 f"{cm.window} tokens can carry ({cm.hard_ceiling}); nothing was written — "
                 "send it shorter or in parts", code="context_length_exceeded")
 
