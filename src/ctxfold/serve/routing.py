@@ -68,9 +68,9 @@ class Checkpoints:
         """Remember ``session_id``'s projection, when it covers whole client messages."""
         if projection is None or not projection.covered_count:
             return
-        ends = [g.end for g in view.groups]
-        g = bisect_left(ends, projection.covered_count)
-        if g >= len(ends) or ends[g] != projection.covered_count or g >= view.visible:
+        groups = view.groups
+        g = bisect_left(groups, projection.covered_count, key=lambda group: group.end)
+        if g >= view.visible or groups[g].end != projection.covered_count:
             return
         link = view.chain[g]
         self._by_link[link] = (session_id, projection)
