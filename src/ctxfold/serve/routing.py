@@ -173,10 +173,8 @@ class Router:
                 best = (family.name, Match(matched=0, covered=0, extends=True))
             session_id, found = best
             if found.extends:
-                wait = self.lock_wait if session_id == family.name and \
-                    session_id not in family.views else self.fork_after
                 try:
-                    await held.lock(session_id, wait)
+                    await held.lock(session_id, self.fork_after)
                 except SessionBusyError:  # held by another request: continue beside it
                     return await self._fork(family, session_id, found, request, digests,
                                             chain, held)
