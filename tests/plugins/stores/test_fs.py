@@ -672,8 +672,7 @@ def test_a_session_held_by_filelock_elsewhere_is_waited_for_then_refused(
     store.create("s")
     monkeypatch.setattr(fs_module, "LOCK_TIMEOUT", 0.2)
     holder = filelock.FileLock(tmp_path / "s.lock")
-    with holder:
-        with pytest.raises(StoreError, match=r"session 's': lock .*s\.lock is held"):
-            store.append("s", [Message(role="user", content="blocked")])
+    with holder, pytest.raises(StoreError, match=r"session 's': lock .*s\.lock is held"):
+        store.append("s", [Message(role="user", content="blocked")])
     store.append("s", [Message(role="user", content="after")])
     assert [m.content for m in store.load("s")] == ["after"]
