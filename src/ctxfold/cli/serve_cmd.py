@@ -38,8 +38,8 @@ def register(subparsers: Any) -> None:
                              "clients must send 'Authorization: Bearer <key>' (default "
                              "CTXFOLD_SERVE_KEY)")
     parser.add_argument("--lock-wait", type=float, default=30.0, metavar="SECONDS",
-                        help="how long a request waits for a brand-new session another "
-                             "request is creating, then 409 (default 30)")
+                        help="how long a request waits for a fork another request is "
+                             "creating under the same name, then 409 (default 30)")
     parser.add_argument("--fork-after", type=float, default=2.0, metavar="SECONDS",
                         help="how long a request whose history continues a session another "
                              "request holds waits before it continues in a fork of it "
