@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +123,14 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.contextmanager
+def stack(script: list[dict[str, Any]], window: int
+          ) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
+    """``ctxfold emulate`` answering with ``script`` and ``ctxfold serve --window window`` in
+    front of it (DeepSeek provider, a key of its own), each a process of its own: yields the
+    emulator's URL, the proxy's URL and the proxy process; both stopped on exit."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        script = [{"tool_calls": [{"id": f"call_{i}", "name": "bash",
-                                   "arguments": {"command": f"make step{i}"}}]}
-                  for i in range(2 * args.clients * args.turns + 64)]
         (root / "script.json").write_text(json.dumps(script))
         env = {k: v for k, v in os.environ.items() if not k.startswith("CTXFOLD_")}
         env |= {"CTXFOLD_CONFIG_HOME": str(root / "home"), "BENCH_KEY": "local-bench-key"}
@@ -136,22 +140,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             (root / "ctxfold.toml").write_text(
                 f'[provider]\nname = "deepseek"\nbase_url = "{emu_url}"\n'
                 f'api_key_env = "BENCH_KEY"\n\n[store]\npath = "{root / "sessions"}"\n')
-            serve, serve_url = start(["serve", "--port", "0", "--window", str(args.window),
+            serve, serve_url = start(["serve", "--port", "0", "--window", str(window),
                                       "--config", str(root / "ctxfold.toml")], env)
             try:
-                direct, direct_s = asyncio.run(phase(f"{emu_url}/chat/completions",
-                                                     args.clients, args.turns,
-                                                     args.result_chars, proxied=False))
-                via, via_s = asyncio.run(phase(f"{serve_url}/chat/completions",
-                                               args.clients, args.turns,
-                                               args.result_chars, proxied=True))
-                mem = memory(serve.pid)
+                yield emu_url, serve_url, serve
             finally:
                 serve.terminate()
                 serve.wait(30)
         finally:
             emulate.terminate()
             emulate.wait(30)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    script = [{"tool_calls": [{"id": f"call_{i}", "name": "bash",
+                               "arguments": {"command": f"make step{i}"}}]}
+              for i in range(2 * args.clients * args.turns + 64)]
+    with stack(script, args.window) as (emu_url, serve_url, serve):
+        direct, direct_s = asyncio.run(phase(f"{emu_url}/chat/completions", args.clients,
+                                             args.turns, args.result_chars, proxied=False))
+        via, via_s = asyncio.run(phase(f"{serve_url}/chat/completions", args.clients,
+                                       args.turns, args.result_chars, proxied=True))
+        mem = memory(serve.pid)
     added: dict[str, list[float]] = {"below": [], "checkpoint": []}
     for mine, base in zip(via, direct, strict=True):
         for (seconds, action), (baseline, _) in zip(mine, base, strict=True):
@@ -225,33 +235,14 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     """The proxy's added latency below the trigger (see :func:`overhead_loop`): the emulator
     answers every turn with the same tool call, the window is large enough that nothing is
     ever folded, so the proxy sends the client's own history and only its own work differs."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        script = [{"text": "", "tool_calls": [{"id": f"call_{i}", "name": "bash",
-                                               "arguments": {"command": f"make step{i}"}}]}
-                  for i in range(2 * args.turns) for _ in (0, 1)]  # one per request
-        (root / "script.json").write_text(json.dumps(script))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CTXFOLD_")}
-        env |= {"CTXFOLD_CONFIG_HOME": str(root / "home"), "BENCH_KEY": "local-bench-key"}
-        emulate, emu_url = start(["emulate", "--port", "0", "--script",
-                                  str(root / "script.json")], env)
-        try:
-            (root / "ctxfold.toml").write_text(
-                f'[provider]\nname = "deepseek"\nbase_url = "{emu_url}"\n'
-                f'api_key_env = "BENCH_KEY"\n\n[store]\npath = "{root / "sessions"}"\n')
-            serve, serve_url = start(["serve", "--port", "0", "--window", "1000000",
-                                      "--config", str(root / "ctxfold.toml")], env)
-            try:
-                plain = asyncio.run(overhead_loop(emu_url, serve_url, args.turns,
-                                                  args.result_chars, stream=False))
-                streamed = asyncio.run(overhead_loop(emu_url, serve_url, args.turns,
-                                                     args.result_chars, stream=True))
-            finally:
-                serve.terminate()
-                serve.wait(30)
-        finally:
-            emulate.terminate()
-            emulate.wait(30)
+    script = [{"text": "", "tool_calls": [{"id": f"call_{i}", "name": "bash",
+                                           "arguments": {"command": f"make step{i}"}}]}
+              for i in range(2 * args.turns) for _ in (0, 1)]  # one per request
+    with stack(script, 1_000_000) as (emu_url, serve_url, _serve):
+        plain = asyncio.run(overhead_loop(emu_url, serve_url, args.turns, args.result_chars,
+                                          stream=False))
+        streamed = asyncio.run(overhead_loop(emu_url, serve_url, args.turns,
+                                             args.result_chars, stream=True))
     return {"turns": args.turns, "result_chars": args.result_chars,
             "plain_p50": pct(plain, 0.5), "plain_p90": pct(plain, 0.9),
             "plain_p99": pct(plain, 0.99), "stream_p50": pct(streamed, 0.5),
