@@ -335,8 +335,8 @@ def test_html_report_is_self_contained_and_renders(demo_results: list[Any],
     assert dom.count("<svg") == 2 + 3 + len(names)
     assert dom.count('class="line reactive nofill"') >= 3 * (len(names) - 1)
     assert dom.count('class="rect reactive') > len(names)  # bars were drawn
-    for title in ("Cost breakdown per policy", "Cost × fidelity", "Request size (tokens)",
-                  "Fidelity per request", "Cumulative cost"):
+    for title in ("Cost breakdown per policy", "Cost × continuation facts",
+                  "Request size (tokens)", "Continuation facts per request", "Cumulative cost"):
         assert f"<h3>{title}" in dom, title
     for name in names:  # every policy is named in a legend, outside the charts
         assert '<span class="key">' in dom and f"</span>{name}</span>" in dom, name
