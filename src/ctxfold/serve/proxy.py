@@ -42,7 +42,8 @@ from ctxfold.serve.upstream import Upstream
 class ServeSettings:
     """How the proxy runs. ``window`` is the window ctxfold maintains (default: the
     provider's); ``key_env`` names the variable holding the optional proxy key; a request
-    waits at most ``lock_wait`` seconds for its session; one answer makes at most
+    waits at most ``lock_wait`` seconds for a fork another request is creating under the
+    same name; one answer makes at most
     ``max_rounds`` upstream calls (``use_capability`` rounds included). A request whose
     history continues a session another request holds waits ``fork_after`` seconds, then
     continues in a fork of it (two conversations that share their opening never block each
@@ -111,15 +112,14 @@ class Proxy:
         self.upstream = Upstream(provider, retries=settings.upstream_retries,
                                  on_request=on_request)
         self.registry = Registry.from_config(config)
-        self.store: Store = self.registry.create(
-            STORE, config.store.name, config=self.registry.resolve(config),
-            options=StoreOptions(path=store_path))
-        calls_provider = self.registry.get(
-            SUMMARIZER, self.registry.resolve(config).summarizer.name).calls_provider
+        resolved = self.registry.resolve(config)
+        self.store: Store = self.registry.create(STORE, resolved.store.name, config=resolved,
+                                                 options=StoreOptions(path=store_path))
+        calls_provider = self.registry.get(SUMMARIZER,
+                                           resolved.summarizer.name).calls_provider
         self.summarizer = ProxySummaries(self.upstream) if calls_provider else None
         self.pool = SessionPool(self._open, lock_wait=settings.lock_wait,
                                 capacity=settings.capacity, max_bytes=settings.max_open_bytes)
-        resolved = self.registry.resolve(config)
         self.recent = RecentHistories()
         self.router = Router(self.pool, self.store, self.registry.create(
             SIDECAR_FORMAT, resolved.store.sidecar_format, config=resolved),
