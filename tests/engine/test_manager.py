@@ -462,3 +462,19 @@ def test_a_transcript_many_windows_long_is_folded_chunk_by_chunk(open_session) -
         assert any("<compaction-summary>" in m.content for m in request.messages)
     # The canonical transcript is untouched.
     assert len(cm.canonical) == 2 + 240
+
+
+def test_tools_set_on_an_open_session_are_what_its_requests_carry(open_session) -> None:
+    """A proxy keeps one session open across requests whose tools change; the new tools
+    must be what the request carries and what the estimate counts."""
+    from ctxfold.kernel.types import ToolSchema
+
+    cm = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
+    seed(cm)
+    before = cm.prepare().tokens
+    tool = ToolSchema(name="grep", description="search files " * 40,
+                      parameters={"type": "object", "properties": {"q": {"type": "string"}}})
+    getattr(cm, "_cm", cm).tools = (tool,)  # (the async face wraps the manager)
+    prepared = cm.prepare()
+    assert [t.name for t in prepared.tools] == ["grep"]
+    assert prepared.tokens > before

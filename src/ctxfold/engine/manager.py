@@ -78,7 +78,6 @@ class ContextManager:
         self._watch = Watch(parts.store, parts.session_id, loaded.revision)
         self.notices: list[str] = list(loaded.notices)
         self.config: Config = parts.config
-        self.tools: tuple[ToolSchema, ...] = parts.tools
         self._offer = CapabilityOffer(parts.tools, enabled=parts.offer_capability)
         self.configured_window = parts.window
         self.learned_window: int | None = None
@@ -168,6 +167,18 @@ class ContextManager:
     def view(self) -> list[Message]:
         """Provider-visible messages: projection body + canonical tail, else canonical."""
         return visible_view(self.state.projection, self._canonical)
+
+    @property
+    def tools(self) -> tuple[ToolSchema, ...]:
+        """The host's tools, which every request carries (and counts)."""
+        return self._offer.tools
+
+    @tools.setter
+    def tools(self, tools: Sequence[ToolSchema]) -> None:
+        """Other tools from now on (a proxy's client may change them between requests)."""
+        tools = tuple(tools)
+        if tools != self._offer.tools:
+            self._offer = CapabilityOffer(tools, enabled=self._parts.offer_capability)
 
     @property
     def offers_capability(self) -> bool:

@@ -80,8 +80,7 @@ class SessionPool:
             cm = self._sessions.get(session_id)
         if cm is None:
             cm = self._open(session_id, tools, create)
-        if cm.tools != tuple(tools):
-            cm.tools = tuple(tools)
+        cm.tools = tuple(tools)  # (a no-op when they did not change)
         with self._guard:
             if self._sessions.get(session_id) is not cm:
                 self._sizes.pop(session_id, None)
