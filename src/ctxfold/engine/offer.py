@@ -1,7 +1,8 @@
 """When a request offers ``use_capability``: when the view holds something the model can look
 up — a projection (a checkpoint, or pruned tool results) or a bounded tool result — and only
-then (docs/api.md, "The `use_capability` tool"). Until then the tool list is the host's, byte for byte; the tool is added once
-and stays while there is something to look up, so the cached prefix breaks at most once for
+then (docs/api.md, "The `use_capability` tool"). Until then the tool list is the host's, byte
+for byte; the tool is added once and stays while there is something to look up, so the cached
+prefix breaks at most once for
 it (at the first bounded result, or at the first install, which breaks it anyway).
 """
 
