@@ -92,11 +92,7 @@ def sidecar_state(
             raise raw
         data = json.loads(raw.decode("utf-8"))
         state = codec.decode(data)  # a newer schema raises first: it is never discarded
-        try:
-            reject_lone_surrogates(raw, data)
-        except SidecarError:
-            data = _repaired(data)  # what is salvaged must be valid text too
-            raise
+        reject_lone_surrogates(raw, data)
     except SidecarVersionError:
         raise
     except (SidecarError, UnicodeDecodeError, ValueError, RecursionError, TypeError, KeyError,
@@ -105,9 +101,8 @@ def sidecar_state(
         # invalid sidecar, discarded and rebuilt (SPEC §1.11), never a session that won't open.
         reason = f"unreadable or invalid: {exc}"
         store.discard_sidecar(session_id, reason)
-        salvaged = _salvage(codec, data) if isinstance(data, dict) and not (
-            isinstance(raw, bytes) and SURROGATE_ESCAPE.search(raw)
-            and _lone_surrogate(data)) else None
+        # what is salvaged must be valid text too
+        salvaged = _salvage(codec, _repaired(data)) if isinstance(data, dict) else None
         kept = ("; its readable receipt and telemetry were kept" if salvaged is not None
                 else "")
         return salvaged or fresh_state(), [
