@@ -51,8 +51,7 @@ class Appends(Connection):
         session_id = validate_session_id(session_id)
         lines = [encode_message(m) for m in messages]
         pending = self._uncertain.pop(session_id, None)
-        same = sameness(messages)
-        retry = pending is not None and pending[1] == same
+        retry = pending is not None and pending[1] == sameness(messages)
         batch_id = pending[0] if pending is not None and retry else uuid.uuid4().hex
         what = f"append to session {session_id!r}"
         try:
@@ -60,7 +59,7 @@ class Appends(Connection):
         except ConnectionLost as lost:
             if not lost.committing:
                 raise AppendError(f"{lost}; {NOT_STORED}", landed=False) from None
-            return self._settle(session_id, lines, same, batch_id, what, lost)
+            return self._settle(session_id, messages, lines, batch_id, what, lost)
         except SessionError:
             raise
         except StoreError as exc:
@@ -94,8 +93,8 @@ class Appends(Connection):
             self._committing = True  # from here on a failure is the COMMIT's: outcome unknown
         return Appended(before, f"{incarnation}:{revision + 1}")
 
-    def _settle(self, session_id: str, lines: list[str], same: list[str], batch_id: str,
-                what: str, lost: ConnectionLost) -> Appended:
+    def _settle(self, session_id: str, messages: Sequence[Message], lines: list[str],
+                batch_id: str, what: str, lost: ConnectionLost) -> Appended:
         """The commit of ``batch_id`` may have gone through: reconnect and append it again
         (a no-op when it had landed), until the server answers or the timeouts run out."""
         deadline = time.monotonic() + self.connect_timeout + self._operation_seconds
@@ -108,7 +107,7 @@ class Appends(Connection):
                 time.sleep(SETTLE_PAUSE)
                 continue
             return attrs.evolve(appended, replayed=False)  # this call's own batch, once
-        self._uncertain[session_id] = (batch_id, same)
+        self._uncertain[session_id] = (batch_id, sameness(messages))
         raise AppendError(
             f"{lost}; the server could not be reached again to learn whether the commit went "
             "through, so the batch may have been stored. Appending the same messages again "
