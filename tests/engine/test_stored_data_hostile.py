@@ -75,6 +75,28 @@ def test_a_sidecar_holding_a_lone_surrogate_is_discarded_and_rebuilt(tmp_path: P
     assert inspect(tmp_path)[0] == 0
 
 
+@pytest.mark.parametrize("where", ["projection", "telemetry"])
+def test_a_sidecar_nested_too_deep_to_walk_keeps_what_reads_repaired(
+        tmp_path: Path, where: str) -> None:
+    # Nesting json.loads still accepts but a recursive walk does not (found by the
+    # reliability fuzz), beside a receipt holding a lone surrogate: the salvage repairs what
+    # it keeps, and the deep part costs only itself.
+    session(tmp_path)
+    sidecar = tmp_path / "sessions" / "s.context.json"
+    data = json.loads(sidecar.read_bytes())
+    data["last_receipt"]["reason"] = "SURROGATE"
+    raw = json.dumps({**data, where: "DEEP"}).replace('"DEEP"', "[" * 900 + "]" * 900)
+    sidecar.write_bytes(raw.replace("SURROGATE", "\\ud800").encode())
+    with pytest.warns(StoreWarning, match="discarded"):
+        cm = reopen(tmp_path)
+        receipt, telemetry = cm.state.last_receipt, cm.state.telemetry
+        prepared = cm.prepare()
+    json.dumps(prepared.to_openai()).encode("utf-8")
+    assert any("were kept" in notice for notice in cm.notices), cm.notices
+    assert receipt is not None and receipt.reason == "\ufffd"
+    assert bool(telemetry) == (where == "projection")
+
+
 def test_a_transcript_line_whose_parts_are_not_json_is_a_store_error(tmp_path: Path) -> None:
     session(tmp_path)
     path = tmp_path / "sessions" / "s.jsonl"

@@ -101,8 +101,7 @@ def sidecar_state(
         # invalid sidecar, discarded and rebuilt (SPEC §1.11), never a session that won't open.
         reason = f"unreadable or invalid: {exc}"
         store.discard_sidecar(session_id, reason)
-        # what is salvaged must be valid text too
-        salvaged = _salvage(codec, _repaired(data)) if isinstance(data, dict) else None
+        salvaged = _salvage(codec, data) if isinstance(data, dict) else None
         kept = ("; its readable receipt and telemetry were kept" if salvaged is not None
                 else "")
         return salvaged or fresh_state(), [
@@ -143,7 +142,9 @@ def _repaired(data: Any) -> Any:
 def _salvage(codec: SidecarCodec, data: dict[str, Any]) -> SidecarState | None:
     """What an invalid sidecar still holds that reads cleanly: everything but the projection
     body, or failing that the receipt and the telemetry each on their own (SPEC §1.11: the
-    projection body is dropped, readable receipts and telemetry are kept)."""
+    projection body is dropped, readable receipts and telemetry are kept). What is kept is
+    valid text: each attempt is repaired first, and a part nested too deep to walk costs
+    only the attempts that hold it."""
     version = {"schema_version": data.get("schema_version", 0)}
     attempts = [
         {k: v for k, v in data.items() if k != "projection"},
@@ -154,8 +155,8 @@ def _salvage(codec: SidecarCodec, data: dict[str, Any]) -> SidecarState | None:
     parts: list[SidecarState] = []
     for attempt in attempts:
         try:
-            parts.append(codec.decode(attempt))
-        except (SidecarError, ValueError, TypeError, KeyError):
+            parts.append(codec.decode(_repaired(attempt)))
+        except (SidecarError, ValueError, TypeError, KeyError, RecursionError):
             continue
         if attempt is attempts[0]:
             return parts[0]
