@@ -84,3 +84,21 @@ def test_reset_forgets_everything(clock) -> None:
     cache.account("", ids(640))
     cache.reset()
     assert cache.account("", ids(640)).hit_tokens == 0
+
+
+def test_breakpoints_policy_caches_only_the_named_ends(clock) -> None:
+    # Anthropic's automatic caching: the end of the input and the request's breakpoints
+    # (the end of tools + system) are cached; nothing of the reply, nothing in between.
+    cache = PrefixCache(unit=16, policy="breakpoints", min_tokens=1024, clock=clock)
+    first = cache.account("k", ids(3000), ids(200, 50_000), breakpoints=(1200,))
+    assert first.hit_tokens == 0
+    # the next request replays input + reply + a tool result: it hits the previous input only
+    nxt = ids(3000) + ids(200, 50_000) + ids(300, 60_000)
+    assert cache.account("k", nxt, breakpoints=(1200,)).hit_tokens == 3000 // 16 * 16
+    # a fold keeps only the system prompt: the breakpoint on its end still hits
+    folded = ids(1200) + ids(900, 80_000)
+    assert cache.account("k", folded, breakpoints=(1200,)).hit_tokens == 1200 // 16 * 16
+    # a cached prefix under the minimum is no hit
+    short = PrefixCache(unit=16, policy="breakpoints", min_tokens=1024, clock=clock)
+    short.account("k", ids(800))
+    assert short.account("k", ids(800) + ids(400, 90_000)).hit_tokens == 0

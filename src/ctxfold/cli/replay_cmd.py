@@ -218,7 +218,8 @@ def profile_window(profile: str) -> int:
     from ctxfold.emulator.profiles import get_profile
     from ctxfold.replay.pricing import get_price
 
-    return get_profile(get_price(profile).emulator_profile).window
+    price = get_price(profile)
+    return price.window or get_profile(price.emulator_profile).window
 
 
 def _run_with_progress(sessions: list[Any], settings: Any, registry: Any, config: Any) -> Any:

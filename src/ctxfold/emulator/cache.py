@@ -15,6 +15,12 @@ Two policies (see ``docs/emulator.md``):
   real transcripts confirm).
 * ``all_units`` (OpenAI) — every unit boundary of every input is cached; hits count only from
   ``min_tokens`` (1024) in ``unit`` (128) steps.
+* ``breakpoints`` (Anthropic's automatic caching, used by the replay's Anthropic price
+  profiles) — only the end of each request's input and the ``breakpoints`` a request names
+  (the end of its tools and system prompt) are cached; nothing of the reply is. A request
+  hits the longest cached prefix if it is at least ``min_tokens`` long. See
+  https://platform.claude.com/docs/en/build-with-claude/prompt-caching ("automatic caching":
+  the breakpoint moves to the last block as the conversation grows).
 
 Entries expire ``ttl`` seconds after their last use (a hit or a re-store refreshes them).
 """
@@ -28,7 +34,7 @@ from typing import Literal
 
 import attrs
 
-Policy = Literal["boundaries", "all_units"]
+Policy = Literal["boundaries", "all_units", "breakpoints"]
 
 
 _ROOT = hashlib.blake2b(b"ctxfold-emulator", digest_size=16).digest()
@@ -105,9 +111,10 @@ class PrefixCache:
         return 0
 
     def account(self, scope: str, input_ids: Sequence[int],
-                output_ids: Sequence[int] = ()) -> CacheResult:
+                output_ids: Sequence[int] = (), breakpoints: Sequence[int] = ()) -> CacheResult:
         """Bill ``input_ids`` against the cache of ``scope``, then persist what this request
-        leaves behind (its input, and for ``boundaries`` also input + ``output_ids``)."""
+        leaves behind (its input, and for ``boundaries`` also input + ``output_ids``; for
+        ``breakpoints`` also the prefixes ending at the token offsets ``breakpoints``)."""
         now = self.clock()
         stored = self._stored.setdefault(scope, {})
         chain = unit_chain(input_ids, self.unit)
@@ -117,7 +124,12 @@ class PrefixCache:
             hit = 0
         if hit:
             stored[chain[units - 1]] = now
-        self._persist(scope, chain, list(input_ids), list(output_ids), now)
+        if self.policy == "breakpoints":
+            for end in (*breakpoints, len(input_ids)):
+                if end // self.unit:
+                    stored[chain[end // self.unit - 1]] = now
+        else:
+            self._persist(scope, chain, list(input_ids), list(output_ids), now)
         return CacheResult(prompt_tokens=len(input_ids), hit_tokens=hit)
 
     def _persist(self, scope: str, chain: list[bytes], input_ids: list[int],

@@ -3,9 +3,11 @@
 * prompt tokens: the configured estimator (default ``deepseek``, the exact tokenizer);
 * cache hits/misses: the emulator's prefix cache (:class:`ctxfold.emulator.cache.PrefixCache`
   with the rules of the profile's provider), one cache per policy, on a frozen clock (a replay
-  has no real timing, so no entry expires). The request is serialized with the emulator's chat
-  template and the recorded assistant message is the reply, so its output enters the next
-  request's prefix exactly as the provider sees it. The hit share of the emulator's token
+  has no real timing, so no entry expires). Where the provider bills cache writes
+  (Anthropic), uncached input of a cacheable prompt is billed at the write price. The
+  request is serialized with the emulator's chat template and the recorded assistant
+  message is the reply, so its output enters the next request's prefix exactly as the
+  provider sees it. The hit share of the emulator's token
   sequence is applied to the estimator's prompt count;
 * output tokens: the reply's tokens in the same template (reasoning, content, tool calls);
 * summary requests are requests like any other: prompt through the same cache, output billed.
@@ -98,13 +100,25 @@ class Biller:
         out_ids = encode_segments(self.tokens, [assistant_body(reply)])
         # DeepSeek's reasoner does not persist the end of a thinking reply (emulator profile).
         persist = not reply.reasoning_content or self.persist_thinking_output
-        result = self.cache.account("replay", ids, out_ids if persist else ())
+        breakpoints = (self._stable_end(messages, tools),) if (
+            getattr(self.cache, "policy", "") == "breakpoints") else ()
+        result = self.cache.account("replay", ids, out_ids if persist else (), breakpoints)
         prompt = self.estimator.estimate(RequestShape(list(messages), list(tools)))
         hit = min(prompt, round(prompt * result.hit_tokens / len(ids))) if ids else 0
         output = len(out_ids)
         p = self.price
-        return Bill(prompt, hit, output, hit * p.hit / 1e6, (prompt - hit) * p.miss / 1e6,
-                    output * p.output / 1e6)
+        return Bill(prompt, hit, output, hit * p.hit / 1e6,
+                    (prompt - hit) * p.miss_price(prompt) / 1e6, output * p.output / 1e6)
+
+    def _stable_end(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> int:
+        """Where the tools and the leading system messages end: Anthropic's fixed breakpoint
+        (the other one moves with the newest message, the end of the input)."""
+        from ctxfold.emulator.tokens import encode_segments, request_segments
+
+        lead = 0
+        while lead < len(messages) and messages[lead].role == "system":
+            lead += 1
+        return len(encode_segments(self.tokens, request_segments(messages[:lead], tools)[:-1]))
 
 
 def make_cache(price: Price) -> tuple[Any, bool]:
@@ -112,6 +126,10 @@ def make_cache(price: Price) -> tuple[Any, bool]:
     from ctxfold.emulator.cache import PrefixCache
     from ctxfold.emulator.profiles import get_profile
 
+    if price.cache is not None:
+        rules = price.cache
+        return PrefixCache(unit=rules.unit, policy=rules.policy, min_tokens=rules.min_tokens,
+                           clock=lambda: 0.0), False
     profile = get_profile(price.emulator_profile)
     cache = PrefixCache(unit=profile.cache_unit, ttl=profile.cache_ttl,
                         policy=profile.cache_policy, min_tokens=profile.cache_min_tokens,
