@@ -1,39 +1,38 @@
-"""Maintenance economics: ctxfold's defaults and their alternatives, cost beside fidelity.
+"""Maintenance economics: ctxfold beside the peers, per price profile and window, in one run.
 
 Run from the repository root::
 
     python -m benchmarks.bench_economics [--sessions DIR] [--windows 32000,64000,128000]
-        [--variants NAME,...] [--peers] [--jobs 2] [--json OUT] [--no-write]
+        [--profiles deepseek-flash,openai,anthropic-sonnet] [--variants NAME,...] [--peers]
+        [--jobs 2] [--json OUT] [--no-write]
 
 Every session under ``--sessions`` (default: the team's sample of real agent sessions,
 ``../shared/data/transcripts`` beside the repository) is replayed with ``ctxfold replay``'s one
-cost model (input budget = window − 4,096, DeepSeek-flash prices, the emulator's prefix cache,
-the extractive summarizer writing the briefing length each request asks for, 2,048 tokens when
-it asks for none) — once per *variant* of ctxfold's maintenance constants, and once for the
-comparison policies. A variant sets, in this process only:
+cost model (docs/replay.md: input budget = window − 4,096, the emulator's prefix cache under
+each profile's rules, the extractive summarizer writing each policy's own summary length,
+ctxfold's summaries billed in full) once per window and price profile, with ctxfold, its
+``variants`` and the comparison policies. Retention is the replay's independent measure
+(continuation facts, far facts; :mod:`ctxfold.replay.retention`, which the engine does not
+import).
+
+The table of each window and profile compares every row with the **cheapest peer that
+completes every session** there (the issue-27 bar: ctxfold at ≤ 0.90× its cost with
+continuation and far facts ≥ its own): cost ratio, then continuation and far facts of both.
+
+A *variant* sets one of ctxfold's maintenance constants in its worker process only:
 
 * ``prune``: :data:`ctxfold.kernel.maintenance.PRUNE_ALONE_RATIO`, below which share of the
-  window a pressure prune is installed alone (1.0: whenever it clears the trigger, the seed's
-  rule); above it the prune is applied inside the checkpoint the fold builds;
-* ``tail``: :data:`ctxfold.kernel.fold.TAIL_RATIO`, the verbatim tail's share of the window
-  (the default is 5 %);
+  window a pressure prune is installed alone; above it the prune goes inside the checkpoint;
+* ``tail``: :data:`ctxfold.kernel.fold.TAIL_RATIO`, the verbatim tail's share of the window;
 * ``briefing``: the briefing length a summary request asks for, as a share of the window
-  (``0``: none asked, so the replay's 2,048-token default; the default is 1/48, 512–3,072);
-* ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's list of facts kept
-  verbatim as a multiple of the briefing length (``0``: nothing repaired; the default is 2).
+  (``0``: none asked, so the replay's 2,048-token default);
+* ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's verbatim facts
+  list as a multiple of the briefing length (``0``: nothing repaired);
 * ``head``: :data:`ctxfold.kernel.fold.HEAD_PIN_RATIO`, the share of the window a long task
-  statement is clipped to in the checkpoint head (the default is 8 %).
+  statement is clipped to in the checkpoint head.
 
-``seed`` is the seed's rules: prune alone whenever it clears the trigger, a 16 % tail, no
-length asked, no repair; ``defaults-2026-12-02`` the defaults before the briefing became
-window/48 with facts up to twice it, the tail 5 % and the prune-alone target 50 % (window/24,
-facts up to half, a 10 % tail, 60 %). Every other variant changes one constant of the
-defaults. Every variant runs with the standing rules on (``[checkpoint] extract_rules``).
-
-Per window and variant: cost, fidelity (mean weighted probe retention), constraint retention,
-share of requests under 50 %, summaries, prunes, sessions completed, and the cost ratio against
-each comparison policy on the sessions both completed, with the fidelity of both on those same
-sessions. ``--no-write`` leaves ``docs/performance.md`` alone.
+``default`` is the engine as shipped (it runs in the same replay as the peers). ``--no-write``
+leaves ``docs/performance.md`` alone.
 """
 
 from __future__ import annotations
@@ -50,33 +49,31 @@ from benchmarks._report import REPO, machine_line, write_section
 
 SECTION = "## Maintenance economics"
 DEFAULT_SESSIONS = REPO.parent / "shared" / "data" / "transcripts"
+DEFAULT_PROFILES = ("deepseek-flash", "openai", "anthropic-sonnet")
 COMPARISON = ("codex-like", "opencode-like", "openhands-like")
 PEERS = ("pydantic-ai-harness", "langchain-summarization")
+#: The bar of issue 27: ctxfold's cost at most this share of the cheapest completing peer's.
+BAR = 0.90
+
+Variant = tuple[float, float, float, float, float]
 
 #: name -> (prune-alone ratio, tail ratio, briefing share of the window (0 = none asked),
-#: facts multiple of the briefing (the summary check's list; 0 = nothing repaired), the task
-#: statement's pinned share of the window)
-VARIANTS: dict[str, tuple[float, float, float, float, float]] = {
+#: facts multiple of the briefing (0 = nothing repaired), the task statement's pinned share)
+VARIANTS: dict[str, Variant] = {
     "default": (0.50, 0.05, 1 / 48, 2, 0.08),
     "seed": (1.00, 0.16, 0.0, 0.0, 0.08),
-    "defaults-2026-12-02": (0.60, 0.10, 1 / 24, 1 / 2, 0.08),
     "tail-0.10": (0.50, 0.10, 1 / 48, 2, 0.08),
     "tail-0.03": (0.50, 0.03, 1 / 48, 2, 0.08),
-    "briefing-1/24": (0.50, 0.05, 1 / 24, 2, 0.08),
     "briefing-1/32": (0.50, 0.05, 1 / 32, 2, 0.08),
     "briefing-1/64": (0.50, 0.05, 1 / 64, 2, 0.08),
-    "briefing-none": (0.50, 0.05, 0.0, 2, 0.08),
-    "facts-1/2": (0.50, 0.05, 1 / 48, 1 / 2, 0.08),
     "facts-1": (0.50, 0.05, 1 / 48, 1, 0.08),
-    "facts-3": (0.50, 0.05, 1 / 48, 3, 0.08),
     "check-off": (0.50, 0.05, 1 / 48, 0.0, 0.08),
     "prune-alone-0.8": (1.00, 0.05, 1 / 48, 2, 0.08),
-    "prune-alone-0.6": (0.60, 0.05, 1 / 48, 2, 0.08),
-    "head-0.06": (0.50, 0.05, 1 / 48, 2, 0.06),
+    "head-0.04": (0.50, 0.05, 1 / 48, 2, 0.04),
 }
 
 
-def _apply(variant: tuple[float, float, float, float, float]) -> None:
+def _apply(variant: Variant) -> None:
     """Set a variant's constants in this (worker) process."""
     from ctxfold.engine import review
     from ctxfold.kernel import checkpoint, fold, maintenance, summary
@@ -93,29 +90,33 @@ def _apply(variant: tuple[float, float, float, float, float]) -> None:
         checkpoint.briefing_tokens = lambda _window: 0
 
 
-def _run(job: tuple[str, Sequence[str], int, Sequence[str],
-                   tuple[float, float, float, float, float] | None]
-         ) -> tuple[str, int, list[dict[str, Any]]]:
-    """One replay in a worker: ``(label, window, per-session policy results)``."""
+Job = tuple[str, Sequence[str], int, str, Sequence[str], Variant | None]
+
+
+def _run(job: Job) -> tuple[str, int, str, dict[str, dict[str, Any]]]:
+    """One replay in a worker: ``(label, window, profile, {policy: {session: result}})``."""
+    from ctxfold.importing import import_session
     from ctxfold.kernel.config import Config
     from ctxfold.kernel.registry import Registry
     from ctxfold.replay import ReplaySettings, replay_sessions
     from ctxfold.replay.report_json import policy_json
 
-    label, paths, window, policies, variant = job
+    label, paths, window, profile, policies, variant = job
     if variant is not None:
         _apply(variant)
     config = Config()
     registry = Registry.from_config(config)
-    from ctxfold.importing import import_session
-
     sessions = [import_session(p, registry, None, config=config) for p in paths]
-    results = replay_sessions(sessions, ReplaySettings(window=window, policies=tuple(policies)),
-                              registry=registry, config=config)
-    return label, window, [
-        {"session": s.name, "policies": {n: policy_json(r) for n, r in s.policies.items()}}
-        for s in results
-    ]
+    results = replay_sessions(
+        sessions, ReplaySettings(window=window, profile=profile, policies=tuple(policies)),
+        registry=registry, config=config)
+    by_policy: dict[str, dict[str, Any]] = {}
+    for s in results:
+        for name, r in s.policies.items():
+            # a variant's ctxfold is reported under the variant's name
+            row_name = label if name == "ctxfold" and label != "default" else name
+            by_policy.setdefault(row_name, {})[s.name] = policy_json(r)
+    return label, window, profile, by_policy
 
 
 def _paths(sessions: Path) -> list[str]:
@@ -126,77 +127,94 @@ def _paths(sessions: Path) -> list[str]:
     return [str(p) for p in expand_paths([sessions], Registry.from_config(Config()))]
 
 
-def _fidelity(rows: Mapping[str, Any], names: Sequence[str]) -> float:
-    """Mean fidelity over the main requests of the sessions ``names``."""
-    weight = sum(rows[n]["requests"] - rows[n]["summaries"] for n in names) or 1
-    return sum(rows[n]["fidelity"]["mean"] * (rows[n]["requests"] - rows[n]["summaries"])
-               for n in names) / weight
+def _pooled(rows: Sequence[Mapping[str, Any]], kept: str, due: str) -> float | None:
+    """A retention share pooled over sessions: kept pairs ÷ due pairs."""
+    k = sum(r["retention"]["counts"][kept] for r in rows)
+    d = sum(r["retention"]["counts"][due] for r in rows)
+    return k / d if d else None
 
 
-def _summary(runs: Mapping[str, list[dict[str, Any]]], label: str, policy: str,
-             against: Sequence[str]) -> dict[str, Any]:
-    """Totals of ``policy`` in run ``label`` and its ratios against each of ``against``."""
-    mine = {s["session"]: s["policies"][policy] for s in runs[label]}
-    reqs = list(mine.values())
-    cost = sum(r["cost_usd"] for r in reqs)
-
-    def mean(key: str) -> float:
-        rows = [r for r in reqs if r["fidelity"][key] is not None]
-        total = sum(r["requests"] - r["summaries"] for r in rows) or 1
-        return sum(r["fidelity"][key] * (r["requests"] - r["summaries"]) for r in rows) / total
-
-    out: dict[str, Any] = {
-        "cost_usd": cost, "fidelity": mean("mean"), "constraints": mean("constraints"),
-        "below_half": mean("below_half"), "summaries": sum(r["summaries"] for r in reqs),
-        "prunes": sum(r["prunes"] for r in reqs),
-        "completed": sum(not r["failed"] for r in reqs), "sessions": len(reqs), "vs": {},
+def _totals(rows: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    picked = [rows[n] for n in names]
+    return {
+        "cost_usd": sum(r["cost_usd"] for r in picked),
+        "continuation": _pooled(picked, "facts_kept", "facts_due"),
+        "far": _pooled(picked, "far_kept", "far_due"),
+        "summaries": sum(r["summaries"] for r in picked),
+        "prunes": sum(r["prunes"] for r in picked),
     }
-    for other in against:
-        theirs = {s["session"]: s["policies"][other] for s in runs["comparison"]
-                  if other in s["policies"]}
-        both = [n for n in mine if n in theirs and not mine[n]["failed"]
-                and not theirs[n]["failed"]]
-        if not both:
-            continue
-        a = sum(mine[n]["cost_usd"] for n in both)
-        b = sum(theirs[n]["cost_usd"] for n in both)
 
-        out["vs"][other] = {"sessions": len(both), "cost_ratio": a / b if b else None,
-                            "fidelity": _fidelity(mine, both),
-                            "their_fidelity": _fidelity(theirs, both)}
+
+def figures(by_policy: Mapping[str, Mapping[str, Mapping[str, Any]]],
+            peers: Sequence[str], rows: Sequence[str]) -> dict[str, Any]:
+    """One window and profile: every row's totals, the cheapest peer completing every
+    session, and each row against it on the sessions both completed."""
+    sessions = sorted({s for p in by_policy.values() for s in p})
+    complete = [p for p in peers if p in by_policy
+                and all(not by_policy[p][s]["failed"] for s in sessions)]
+    cheapest = min(complete, key=lambda p: _totals(by_policy[p], sessions)["cost_usd"],
+                   default=None)
+    out: dict[str, Any] = {"sessions": len(sessions), "cheapest_peer": cheapest, "rows": {}}
+    for name in [*rows, *peers]:
+        if name not in by_policy:
+            continue
+        mine = by_policy[name]
+        done = [s for s in sessions if not mine[s]["failed"]]
+        row = {"completed": len(done), **_totals(mine, done)}
+        if cheapest is not None and name != cheapest:
+            both = [s for s in done if not by_policy[cheapest][s]["failed"]]
+            a, b = _totals(mine, both), _totals(by_policy[cheapest], both)
+            ratio = a["cost_usd"] / b["cost_usd"] if b["cost_usd"] else None
+            row["vs_cheapest"] = {
+                "sessions": len(both), "cost_ratio": ratio,
+                "continuation": [a["continuation"], b["continuation"]],
+                "far": [a["far"], b["far"]],
+                "meets_bar": bool(
+                    ratio is not None and ratio <= BAR and len(both) == len(sessions)
+                    and (a["continuation"] or 0) >= (b["continuation"] or 0)
+                    and (a["far"] or 0) >= (b["far"] or 0)),
+            }
+        out["rows"][name] = row
     return out
 
 
-def _table(window: int, rows: Mapping[str, Mapping[str, Any]], against: Sequence[str]) -> str:
-    head = ("| variant | completed | cost USD | fidelity | constraints | <50% | summaries | prunes"
-            + "".join(f" | vs {a}" for a in against) + " |")
-    lines = [f"**{window:,} (input budget {window - 4096:,})**", "", head,
-             "|" + "---|" * (8 + len(against))]
-    for name, r in rows.items():
-        cells = []
-        for a in against:
-            v = r["vs"].get(a)
-            cells.append("—" if v is None or v["cost_ratio"] is None else
-                         f"{v['cost_ratio']:.2f}× ({v['sessions']}; {v['fidelity']:.0%} vs "
-                         f"{v['their_fidelity']:.0%})")
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def table(window: int, profile: str, fig: Mapping[str, Any]) -> str:
+    cheapest = fig["cheapest_peer"] or "none"
+    lines = [f"**{window:,} (input budget {window - 4096:,}), {profile}** — cheapest peer "
+             f"completing all {fig['sessions']}: `{cheapest}`", "",
+             "| policy | completed | cost USD | continuation | far | summaries | prunes | "
+             f"vs `{cheapest}`: cost | continuation | far | ≤{BAR:.2f}× at ≥ retention |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in fig["rows"].items():
+        v = r.get("vs_cheapest")
+        vs = ("— | — | — | —" if v is None or v["cost_ratio"] is None else
+              f"{v['cost_ratio']:.2f}× ({v['sessions']}) | {_pct(v['continuation'][0])} vs "
+              f"{_pct(v['continuation'][1])} | {_pct(v['far'][0])} vs {_pct(v['far'][1])} | "
+              + ("yes" if v["meets_bar"] else "no"))
         lines.append(
-            f"| `{name}` | {r['completed']}/{r['sessions']} | {r['cost_usd']:.4f} | "
-            f"{r['fidelity']:.0%} | {r['constraints']:.0%} | {r['below_half']:.0%} | "
-            f"{r['summaries']} | {r['prunes']} | " + " | ".join(cells) + " |")
+            f"| `{name}` | {r['completed']}/{fig['sessions']} | {r['cost_usd']:.4f} | "
+            f"{_pct(r['continuation'])} | {_pct(r['far'])} | {r['summaries']} | "
+            f"{r['prunes']} | {vs} |")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_economics",
-        description="Replay the sample sessions under variants of ctxfold's maintenance "
-                    "constants and under the comparison policies; cost beside fidelity.")
+        description="Replay the sample sessions under each price profile and window with "
+                    "ctxfold, its variants and the peers; cost beside independent retention.")
     parser.add_argument("--sessions", type=Path, default=DEFAULT_SESSIONS,
                         help="folder (or file) of recorded sessions (default: %(default)s)")
     parser.add_argument("--windows", default="32000,64000,128000",
                         help="comma-separated context windows (default: %(default)s)")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help="comma-separated variant names (default: all): "
+    parser.add_argument("--profiles", default=",".join(DEFAULT_PROFILES),
+                        help="comma-separated replay price profiles (default: %(default)s)")
+    parser.add_argument("--variants", default="default",
+                        help="comma-separated ctxfold variants (default: %(default)s): "
                              + ", ".join(VARIANTS))
     parser.add_argument("--peers", action="store_true",
                         help="also compare with the real libraries (needs ctxfold[peers])")
@@ -207,34 +225,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.sessions.exists():
         parser.error(f"--sessions {args.sessions}: no such file or folder")
+    from ctxfold.replay.pricing import PRICES
+
+    profiles = [p for p in args.profiles.split(",") if p]
     names = [v for v in args.variants.split(",") if v]
-    unknown = sorted(set(names) - set(VARIANTS))
-    if unknown:
-        parser.error(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
-    windows = [int(w) for w in args.windows.split(",") if w]
-    against = [*COMPARISON, *(PEERS if args.peers else ())]
+    for flag, given, known in (("--profiles", profiles, PRICES), ("--variants", names, VARIANTS)):
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            parser.error(f"{flag}: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    try:
+        windows = [int(w) for w in args.windows.split(",") if w]
+    except ValueError:
+        parser.error(f"--windows {args.windows!r}: comma-separated integers expected")
+    peers = [*COMPARISON, *(PEERS if args.peers else ())]
     paths = _paths(args.sessions)
-    jobs = [("comparison", paths, w, against, None) for w in windows]
-    jobs += [(n, paths, w, ["ctxfold"], VARIANTS[n]) for w in windows for n in names]
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {w: {} for w in windows}
+    jobs: list[Job] = [("default", paths, w, p, ["ctxfold", *peers], None)
+                       for w in windows for p in profiles]
+    jobs += [(n, paths, w, p, ["ctxfold"], VARIANTS[n])
+             for w in windows for p in profiles for n in names if n != "default"]
+    runs: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for label, window, result in pool.map(_run, jobs):
-            runs[window][label] = result
-            print(f"done: {label} at {window:,}", file=sys.stderr)
-    figures = {w: {n: _summary(runs[w], n, "ctxfold", against) for n in names} for w in windows}
-    for w in windows:  # the comparison policies themselves, for the record
-        for policy in against:
-            figures[w][policy] = _summary(runs[w], "comparison", policy, ())
-    tables = "\n\n".join(_table(w, figures[w], against) for w in windows)
+        for label, window, profile, result in pool.map(_run, jobs):
+            runs.setdefault((window, profile), {}).update(result)
+            print(f"done: {label} at {window:,}, {profile}", file=sys.stderr)
+    rows = ["ctxfold" if n == "default" else n for n in names]
+    figs = {(w, p): figures(runs[(w, p)], peers, rows) for w in windows for p in profiles}
+    tables = "\n\n".join(table(w, p, figs[(w, p)]) for w in windows for p in profiles)
     text = (
         f"{SECTION}\n\n{machine_line('python -m benchmarks.bench_economics')}\n\n"
         f"Sessions: {len(paths)} from `SESSIONS_DIR` (the team's sample of real agent "
         "sessions, not distributed with ctxfold). One cost model for every row "
-        "(docs/replay.md). *vs X* = ctxfold's cost ÷ X's on the sessions both completed "
-        "(their number; ctxfold's fidelity vs X's on those sessions).\n\n" + tables + "\n")
+        "(docs/replay.md); continuation and far facts are the replay's independent "
+        "measure. *vs X* compares with the cheapest peer that completes every session, on "
+        "the sessions both completed (their number).\n\n" + tables + "\n")
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({str(w): figures[w] for w in windows}, indent=1))
+        args.json.write_text(json.dumps({f"{w}/{p}": figs[(w, p)] for w, p in figs},
+                                        indent=1))
     if not args.no_write:
         write_section(SECTION, text)
     return 0
