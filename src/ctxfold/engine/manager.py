@@ -284,6 +284,7 @@ class ContextManager:
               self._watch.revision)
         if outcome.error is not None:
             raise outcome.error
+        self._committer.count_request()  # the request returned is sent on this view
         hooks = self._committer.hooks
         if hooks is not None and prepared.action is not PrepareAction.NONE:  # below: no event
             hooks.ctxfold_after_prepare(session_id=self.session_id, messages=prepared.messages,
