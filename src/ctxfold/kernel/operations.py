@@ -121,6 +121,8 @@ class Run:
         saved = self.tokens - new_tokens
         ledger = self.ledger(candidate, saved)
         self.summary_tokens = LedgerEntry(estimated=False)  # the next fold's own
+        if self.action in (PrepareAction.PRUNE, PrepareAction.SUMMARY):
+            ctx.committer.count_request(-1)  # this run's earlier install was never sent
         try:
             ctx.committer.install(
                 captured, self.canonical, body=body, covered_count=covered,
@@ -171,7 +173,7 @@ class Run:
         read = min(self.shared(self.view, candidate), cached)
         return attrs.evolve(self.summary_tokens, read=read, written=self.tokens - saved - read,
                             invalidated=cached - read, saved_per_request=saved,
-                            estimated=True)
+                            requests=1, estimated=True)  # the request this prepare returns
 
     def tally(self, request: SummaryRequest, answer: object) -> None:
         """Add one summary request to the ledger: its reported usage, else an estimate."""
