@@ -24,7 +24,7 @@ path = "sessions"
 """
 TELEMETRY_KEYS = {"kind", "trigger", "action", "tokens_before", "tokens_after", "saved_tokens",
                   "summary_calls", "cache_state", "cache_hit_tokens", "cache_miss_tokens",
-                  "projection_version", "detail", "created_at"}
+                  "projection_version", "detail", "created_at", "ledger"}
 
 
 @pytest.fixture
@@ -64,7 +64,8 @@ def test_json_report(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (code, err) == (0, "")
     report = json.loads(out)
     assert set(report) == {"session", "root", "messages", "projection", "view", "settings",
-                           "receipt", "cache", "telemetry", "rules", "sidecar", "notices"}
+                           "receipt", "cache", "telemetry", "ledger", "rules", "sidecar",
+                           "notices"}
     assert report["session"] == "s" and report["messages"] == 14
     p = report["projection"]
     assert p["version"] == 1 and 0 < p["covered_count"] <= 14 and p["body_messages"] >= 2
@@ -214,3 +215,36 @@ def test_inspect_shows_what_the_session_ran_with_not_todays_config(
     (root / "s.context.json").unlink()  # no record: the config's values, said so
     _, text, _ = run(capsys, "inspect", "s")
     assert "window 1048576" in text and "the session recorded none yet" in text
+
+
+def test_the_cache_ledger_in_tokens_and_priced(root: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "inspect", "s", "--json")
+    ledger = json.loads(out)["ledger"]
+    assert code == 0 and ledger["profile"] is None
+    (entry,) = ledger["entries"]
+    # A manual checkpoint by the extractive summarizer (no model: no summary tokens), no
+    # provider usage observed (estimated), the one prepare that installed it.
+    assert (entry["projection_version"], entry["action"], entry["trigger"]) == (
+        1, "summary", "manual")
+    assert (entry["estimated"], entry["requests"], entry["summary_input"]) == (True, 1, 0)
+    assert entry["rewritten"] == max(entry["invalidated"] - entry["saved_per_request"], 0)
+    assert entry["net_saving_usd"] is None and ledger["total"]["net_saving_usd"] is None
+    total = ledger["total"]
+    assert (total["folds"], total["estimated"], total["requests"]) == (1, 1, 1)
+    assert total["not_sent"] == entry["saved_per_request"] > 0
+
+    code, out, _ = run(capsys, "inspect", "s", "--json", "--profile", "deepseek-flash")
+    priced = json.loads(out)["ledger"]
+    # hit 0.003, miss 0.15 USD per 1M: one request's saving at the hit price, less the
+    # re-written tokens at the miss-minus-hit premium.
+    expected = (entry["not_sent"] * 0.003 - entry["rewritten"] * 0.147) / 1e6
+    assert priced["total"]["net_saving_usd"] == pytest.approx(expected, abs=1e-8)
+    assert priced["entries"][0]["net_saving_usd"] == priced["total"]["net_saving_usd"]
+    assert priced["total"]["summary_usd"] == 0
+
+    code, text, _ = run(capsys, "inspect", "s", "--profile", "deepseek-flash")
+    assert "cache ledger: 1 folds (1 estimated), 1 requests" in text
+    assert "net saving vs not folding at deepseek-flash prices: $" in text
+    code, _, err = run(capsys, "inspect", "s", "--profile", "nope")
+    assert code != 0 and "unknown replay profile 'nope'" in err and "deepseek-flash" in err

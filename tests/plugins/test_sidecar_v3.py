@@ -362,3 +362,19 @@ def test_projection_messages_use_the_transcript_line_form(codec: SidecarV3Codec)
         "role": "user", "content": SUMMARY, "origin": "host"
     }
     assert message_from_dict(document["projection"]["messages"][1]) == BODY[1]
+
+
+def test_an_install_ledger_round_trips_and_a_bad_one_is_named(codec: SidecarV3Codec) -> None:
+    from ctxfold.kernel.ledger import LedgerEntry
+
+    entry = LedgerEntry(read=300, written=1_200, invalidated=9_000, saved_per_request=8_000,
+                        requests=3, summary_input=9_500, summary_read=9_000,
+                        summary_output=250, estimated=False)
+    state = SidecarState(telemetry=(TelemetryRecord(kind="install", ledger=entry),
+                                    TelemetryRecord(kind="resume")))
+    data = json.loads(dumps_state(codec, state))
+    assert "ledger" not in data["telemetry"][1]  # records without one keep their old bytes
+    assert codec.decode(data) == state
+    data["telemetry"][0]["ledger"]["read"] = "300"
+    with pytest.raises(SidecarError, match=r"telemetry\[0\].*ledger.*read"):
+        codec.decode(data)

@@ -487,3 +487,45 @@ def test_json_sessions_say_where_they_came_from(tmp_path: Path) -> None:
 
     assert main(["replay", str(path), "--policy", "ctxfold", "--json", str(report)]) == 0
     assert json.loads(report.read_text())["sessions"][0]["source"] == str(path)
+
+
+def test_each_fold_has_a_cache_ledger_that_adds_up(demo_results: list[Any]) -> None:
+    from ctxfold.replay.pricing import get_price
+
+    p = get_price("deepseek-flash")  # the demo's profile
+    schema = json.loads(SCHEMA.read_text())
+    report = json.loads(json.dumps(report_json(demo_results, profile="deepseek-flash",
+                                               window=DEMO_WINDOW, per_request=True)))
+    ctxfold = report["sessions"][0]["policies"]["ctxfold"]
+    records = ctxfold["per_request"]
+    folds = [i for i, r in enumerate(records) if r["ledger"] is not None]
+    ledger = ctxfold["ledger"]
+    assert ledger["folds"] == len(folds) > 0
+    # Each fold's view is sent until the next fold (or the end): its share of the net saving.
+    net = summary = 0.0
+    for k, i in enumerate(folds):
+        r, f = records[i], records[i]["ledger"]
+        assert f["read_tokens"] == r["cache_hit_tokens"]
+        assert f["written_tokens"] == r["cache_miss_tokens"]
+        before = records[i - 1] if i else None
+        cached = before["prompt_tokens"] + before["output_tokens"] if before else 0
+        assert f["invalidated_tokens"] == max(cached - r["cache_hit_tokens"], 0)
+        assert f["summary_usd"] == pytest.approx(
+            (r["summary_cache_hit_tokens"] * p.hit + r["summary_output_tokens"] * p.output
+             + (r["summary_prompt_tokens"] - r["summary_cache_hit_tokens"]) * p.miss) / 1e6,
+            abs=1e-8)
+        requests = (folds[k + 1] if k + 1 < len(folds) else len(records)) - i
+        rewritten = max(f["invalidated_tokens"] - f["saved_per_request"], 0)
+        net += (requests * f["saved_per_request"] * p.hit
+                - rewritten * (p.miss - p.hit)) / 1e6 - f["summary_usd"]
+        summary += f["summary_usd"]
+    assert ledger["net_saving_usd"] == pytest.approx(net, abs=1e-7)
+    assert ledger["summary_usd"] == pytest.approx(summary, abs=1e-7)
+    assert ledger["read_tokens"] == sum(records[i]["cache_hit_tokens"] for i in folds)
+    assert report["totals"]["ctxfold"]["ledger"] == ledger  # one session: the same sums
+    jsonschema = pytest.importorskip("jsonschema")
+    broken = json.loads(json.dumps(report))
+    del broken["sessions"][0]["policies"]["ctxfold"]["per_request"][folds[0]]["ledger"][
+        "summary_usd"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)

@@ -46,6 +46,10 @@ def register(subparsers: Any) -> None:
                         "other messages to 400 characters unless --full)")
     parser.add_argument("--full", action="store_true", help="with --view: print every "
                         "message in full")
+    parser.add_argument("--profile", metavar="NAME", default=None,
+                        help="price the cache ledger's net saving in USD with this replay "
+                        "price profile (deepseek-flash, deepseek-v4-pro, mimo, openai); "
+                        "without it the ledger is in tokens only")
     add_root_flag(parser)
     add_config_flag(parser, "provider.context_window", "--window",
                     help="context window in tokens (default: the one the session ran with, "
@@ -134,7 +138,7 @@ def ran_with(state: SidecarState, config: Any, registry: Any, *, window_flag: bo
 
 
 def collect(handle: StoreHandle, session_id: str, *, now: float | None = None,
-            window_flag: bool = False) -> dict[str, Any]:
+            window_flag: bool = False, profile: str | None = None) -> dict[str, Any]:
     """Everything ``inspect`` reports, as a JSON-ready dict (see ``docs/cli.md``). The
     window, trigger, model and estimator are the session's own (recorded in its sidecar),
     the config's only where it recorded none or ``window_flag`` (``--window``) says so."""
@@ -197,6 +201,7 @@ def collect(handle: StoreHandle, session_id: str, *, now: float | None = None,
             "prompt_cache_key": state.prompt_cache_key,
         },
         "telemetry": [_plain(r) for r in state.telemetry],
+        "ledger": ledger(state, profile),
         "rules": standing(canonical, view, state),
         "sidecar": {
             "present": present,
@@ -207,6 +212,35 @@ def collect(handle: StoreHandle, session_id: str, *, now: float | None = None,
             "updated_at": state.updated_at,
         },
         "notices": notices,
+    }
+
+
+def ledger(state: SidecarState, profile: str | None) -> dict[str, Any]:
+    """The cache ledger of every install the telemetry holds and their total; the net saving
+    in USD at ``profile``'s prices (replay price profiles), ``None`` without one."""
+    from ctxfold.kernel.ledger import LedgerTotal
+    from ctxfold.replay.pricing import get_price
+
+    price = None if profile is None else get_price(profile)
+    prices = None if price is None else (price.hit, price.miss, price.output)
+    entries = []
+    for record in state.telemetry:
+        if record.kind == "install" and record.ledger is not None:
+            e = record.ledger
+            entries.append({
+                "projection_version": record.projection_version, "action": record.action,
+                "trigger": record.trigger, **attrs.asdict(e), "rewritten": e.rewritten,
+                "not_sent": e.not_sent,
+                "net_saving_usd": None if prices is None else round(e.net_saving(*prices), 8)})
+    total = LedgerTotal.of(r.ledger for r in state.telemetry
+                           if r.kind == "install" and r.ledger is not None)
+    return {
+        "profile": profile, "entries": entries,
+        "total": {**attrs.asdict(total),
+                  "summary_usd": None if prices is None
+                  else round(total.summary_cost(*prices), 8),
+                  "net_saving_usd": None if prices is None
+                  else round(total.net_saving(*prices), 8)},
     }
 
 
@@ -246,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
 
     handle = open_store(args)
     report = collect(handle, args.session,
-                     window_flag="provider.context_window" in config_overrides(args))
+                     window_flag="provider.context_window" in config_overrides(args),
+                     profile=args.profile)
     view: list[Message] = []
     if args.view:
         canonical, _ = read_canonical(handle, args.session)

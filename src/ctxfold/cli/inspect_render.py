@@ -61,8 +61,37 @@ def render(report: dict[str, Any]) -> str:
                        f"{t['summary_calls']:>5}  {t['cache_state']:<8} "
                        f"{t['cache_hit_tokens']:<8} {t['cache_miss_tokens']:<8} "
                        f"{t['projection_version']}")
+    out.extend(_render_ledger(report["ledger"]))
     out.extend(f"notice: {n}" for n in report["notices"])
     return "\n".join(out)
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:.6f}"
+
+
+def _render_ledger(ledger: dict[str, Any]) -> list[str]:
+    t = ledger["total"]
+    out = [f"cache ledger: {t['folds']} folds ({t['estimated']} estimated), {t['requests']} "
+           f"requests on their views; read {t['read']}, written {t['written']}, invalidated "
+           f"{t['invalidated']} (rewritten {t['rewritten']}), not sent {t['not_sent']}; "
+           f"summaries {t['summary_input']} in ({t['summary_read']} cached), "
+           f"{t['summary_output']} out"]
+    if ledger["profile"] is None:
+        out.append("  net saving vs not folding: --profile NAME prices it")
+    else:
+        out.append(f"  net saving vs not folding at {ledger['profile']} prices: "
+                   f"{_usd(t['net_saving_usd'])} (summaries {_usd(t['summary_usd'])})")
+    if ledger["entries"]:
+        out.append("  VER ACTION   READ    WRITTEN INVALID SAVED/REQ REQS  SUMM-IN SUMM-OUT "
+                   "NET")
+        for e in ledger["entries"]:
+            mark = "~" if e["estimated"] else " "
+            out.append(f"  {e['projection_version']:<3} {e['action']:<7} {mark}{e['read']:<7} "
+                       f"{e['written']:<7} {e['invalidated']:<7} {e['saved_per_request']:<9} "
+                       f"{e['requests']:<5} {e['summary_input']:<8} {e['summary_output']:<8} "
+                       f"{_usd(e['net_saving_usd'])}")
+    return out
 
 
 def _render_rules(rules: dict[str, Any]) -> list[str]:

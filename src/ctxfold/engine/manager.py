@@ -284,6 +284,9 @@ class ContextManager:
               self._watch.revision)
         if outcome.error is not None:
             raise outcome.error
+        if prepared.action not in (PrepareAction.PRUNE, PrepareAction.SUMMARY):
+            self._committer.count_request()  # one more request on the view (an install
+            # counted its first itself, in the sidecar it wrote)
         hooks = self._committer.hooks
         if hooks is not None and prepared.action is not PrepareAction.NONE:  # below: no event
             hooks.ctxfold_after_prepare(session_id=self.session_id, messages=prepared.messages,

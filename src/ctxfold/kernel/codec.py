@@ -18,6 +18,7 @@ from typing import Any
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
+from ctxfold.kernel.ledger import LedgerEntry
 from ctxfold.kernel.state import (
     CacheState,
     Projection,
@@ -74,6 +75,7 @@ def _make_converter() -> cattrs.Converter:
         Usage,
         Projection,
         Receipt,
+        LedgerEntry,
         TelemetryRecord,
         SidecarState,
         ToolSchema,

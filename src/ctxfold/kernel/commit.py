@@ -20,6 +20,7 @@ import attrs
 
 from ctxfold.kernel.errors import StaleContextError
 from ctxfold.kernel.fingerprint import covered_prefix_hash
+from ctxfold.kernel.ledger import LedgerEntry
 from ctxfold.kernel.state import (
     CacheState,
     Projection,
@@ -68,6 +69,9 @@ class Committer:
         self.session_id = session_id
         self.cache_hit_tokens = 0
         self.cache_miss_tokens = 0
+        #: The last observed request's prompt plus its reply: the prefix the provider caches
+        #: (``None``: no usage observed yet; a fold's ledger then estimates it).
+        self.cached_tokens: int | None = None
 
     # -- capture and compare -----------------------------------------------------------------
 
@@ -223,9 +227,53 @@ class Committer:
         self._persist(on(self.state), on)
 
     def observe_cache(self, usage: Usage) -> None:
-        """Accumulate observed cache hits/misses (in memory; written with the next record)."""
+        """Accumulate observed cache hits/misses (in memory; written with the next record);
+        the first request on a fold's view measures that fold's ledger entry."""
         self.cache_hit_tokens += usage.cache_hit_tokens
         self.cache_miss_tokens += usage.cache_miss_tokens
+        if usage.aggregated or usage.estimated:  # not one request the provider reported
+            self.cached_tokens = None
+            return
+        self.cached_tokens = usage.prompt_tokens + usage.completion_tokens
+        entry = self._open_ledger()
+        if entry is not None and entry.estimated and entry.requests <= 1:
+            cached = entry.read + entry.invalidated  # as estimated at the install
+            self._set_ledger(attrs.evolve(
+                entry, read=usage.cache_hit_tokens, written=usage.cache_miss_tokens,
+                invalidated=max(cached - usage.cache_hit_tokens, 0), estimated=False))
+
+    def count_request(self, n: int = 1) -> None:
+        """``n`` more requests on the current view (in memory; written with the next
+        record)."""
+        entry = self._open_ledger()
+        if entry is not None:
+            self._set_ledger(attrs.evolve(entry, requests=max(entry.requests + n, 0)))
+
+    def _open_ledger(self) -> LedgerEntry | None:
+        """The ledger entry of the install that made the current view, if still held."""
+        found = self._open_index()
+        return None if found is None else self.state.telemetry[found].ledger
+
+    def _open_index(self) -> int | None:
+        projection = self.state.projection
+        if projection is None:
+            return None
+        records = self.state.telemetry
+        for i in range(len(records) - 1, -1, -1):
+            record = records[i]
+            if record.kind == "install":
+                same = (record.projection_version == projection.projection_version
+                        and record.ledger is not None)
+                return i if same else None
+        return None
+
+    def _set_ledger(self, entry: LedgerEntry) -> None:
+        # In memory only, like the settings: observing usage never writes the sidecar.
+        i = self._open_index()
+        if i is not None:
+            records = list(self.state.telemetry)
+            records[i] = attrs.evolve(records[i], ledger=entry)
+            self.state = attrs.evolve(self.state, telemetry=tuple(records))
 
     def telemetry(self, **fields: Any) -> TelemetryRecord:
         """A telemetry record carrying the cache hits/misses observed since the previous

@@ -10,6 +10,7 @@ of the transcript after a lost compare-and-swap a yielded :data:`RESYNC`.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -17,6 +18,7 @@ from ctxfold.kernel import checkpoint, fold
 from ctxfold.kernel.commit import Capture, blocked_receipt
 from ctxfold.kernel.errors import CtxfoldError, StaleContextError, SummaryFailedError
 from ctxfold.kernel.fingerprint import content_hash, fingerprint
+from ctxfold.kernel.ledger import LedgerEntry
 from ctxfold.kernel.outcome import (
     RESYNC,
     FoldResult,
@@ -32,6 +34,7 @@ from ctxfold.kernel.types import (
     Message,
     RequestShape,
     Review,
+    SummaryRequest,
     SummaryResult,
 )
 from ctxfold.kernel.view import input_hash, visible_view
@@ -47,6 +50,8 @@ ABOVE_CEILING = "checkpoint candidate is not below the hard ceiling"
 NO_SAFE_PREFIX = "no summary request fits the window"
 STALE = "context changed during summary; automatic retry blocked for this generation"
 LACKS_PIN = "checkpoint candidate lacks the pinned rule {rule!r}"
+
+T = TypeVar("T")
 
 
 def checked(reviewed: Review | None) -> str:
@@ -69,6 +74,8 @@ class Run:
         self.summary_calls = 0
         self.action = PrepareAction.NONE
         self.pruned = False
+        #: The ledger's summary figures of the fold under way (input, read, output).
+        self.summary_tokens = LedgerEntry(estimated=False)
 
     def outcome(self, error: CtxfoldError | None = None) -> Outcome:
         return Outcome(
@@ -112,6 +119,10 @@ class Run:
         output_hash = fingerprint(candidate)
         summary_hash = content_hash(summary_text) if summary_text else ""
         saved = self.tokens - new_tokens
+        ledger = self.ledger(candidate, saved)
+        self.summary_tokens = LedgerEntry(estimated=False)  # the next fold's own
+        if self.action in (PrepareAction.PRUNE, PrepareAction.SUMMARY):
+            ctx.committer.count_request(-1)  # this run's earlier install was never sent
         try:
             ctx.committer.install(
                 captured, self.canonical, body=body, covered_count=covered,
@@ -128,6 +139,7 @@ class Run:
                     kind="install", trigger=ctx.trigger, action=action.value,
                     tokens_before=self.tokens, tokens_after=new_tokens, saved_tokens=saved,
                     summary_calls=1 if summary_text else 0, detail=checked(reviewed),
+                    ledger=ledger,
                 ),
                 source_tokens=self.tokens, projection_tokens=new_tokens,
                 summary_hash=summary_hash, view_input_hash=view_hash,
@@ -142,6 +154,61 @@ class Run:
             self.receipt(ReceiptStatus.BLOCKED, STALE, action)
             return False
         return True
+
+    def shared(self, old: Sequence[Message], new: Sequence[Message]) -> int:
+        """Estimated tokens of the prefix two requests with these messages share (with the
+        tools, which come first)."""
+        n = 0
+        for a, b in zip(old, new, strict=False):
+            if a != b:
+                break
+            n += 1
+        return self.estimate(old[:n])
+
+    def ledger(self, candidate: Sequence[Message], saved: int) -> LedgerEntry:
+        """The estimated ledger entry of installing ``candidate`` (the first request's usage,
+        when observed, replaces the cache figures: :meth:`Committer.observe_cache`)."""
+        observed = self.ctx.committer.cached_tokens
+        cached = self.tokens if observed is None else observed  # the last prompt + reply
+        read = min(self.shared(self.view, candidate), cached)
+        return attrs.evolve(self.summary_tokens, read=read, written=self.tokens - saved - read,
+                            invalidated=cached - read, saved_per_request=saved,
+                            requests=1, estimated=True)  # the request this prepare returns
+
+    def tally(self, request: SummaryRequest, answer: object) -> None:
+        """Add one summary request to the ledger: its reported usage, else an estimate."""
+        usage = answer.usage if isinstance(answer, SummaryResult) else None
+        s = self.summary_tokens
+        if usage is not None and not usage.estimated:
+            prompt, read, output = (usage.prompt_tokens, usage.cache_hit_tokens,
+                                    usage.completion_tokens)
+        else:
+            shape = RequestShape(list(request.messages), list(request.tools))
+            prompt = self.ctx.estimator.estimate(shape)
+            read = (self.shared(self.view, request.messages)
+                    if tuple(request.tools) == tuple(self.ctx.tools) else 0)
+            text = answer.text if isinstance(answer, SummaryResult) else ""
+            output = self.ctx.count(Message(role="assistant", content=text))
+        self.summary_tokens = attrs.evolve(
+            s, summary_input=s.summary_input + prompt, summary_read=s.summary_read + read,
+            summary_output=s.summary_output + output,
+            summary_estimated=s.summary_estimated or usage is None or usage.estimated)
+
+    def tallied(self, steps: Generator[SummaryRequest, object, T]
+                ) -> Generator[Step, object, T]:
+        """``yield from steps``, tallying each summary request it makes."""
+        try:
+            step = next(steps)
+            while True:
+                try:
+                    answer = yield step
+                except BaseException as exc:  # forwarded, as ``yield from`` would
+                    step = steps.throw(exc)
+                else:
+                    self.tally(step, answer)
+                    step = steps.send(answer)
+        except StopIteration as stop:
+            return stop.value
 
     def prune_candidate(self) -> Pruned | None:
         """What the pruner would make of the view, when it is smaller (nothing installed)."""
@@ -194,6 +261,7 @@ class Run:
             self.latches = attrs.evolve(self.latches, summary_turn=ctx.turn)
         try:
             answer = yield planned.request
+            self.tally(planned.request, answer)
             if not isinstance(answer, SummaryResult):
                 raise SummaryFailedError(
                     f"summarizer returned {type(answer).__name__}, not a SummaryResult")
@@ -212,8 +280,8 @@ class Run:
             pruned=pruned.view if pruned else None, pins=ctx.review.pins if ctx.review else None)
         reviewed = None
         if ctx.review is not None:
-            reviewed, calls = yield from checkpoint.review(
-                ctx.review, planned, made, text, self.view, self.canonical, ctx.window)
+            reviewed, calls = yield from self.tallied(checkpoint.review(
+                ctx.review, planned, made, text, self.view, self.canonical, ctx.window))
             self.summary_calls += calls
             made = made.with_summary(reviewed.text)  # the same body, hint and rules
         missing = [r for r in made.rules if not any(r in m.content for m in made.view)]

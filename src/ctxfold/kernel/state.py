@@ -13,6 +13,7 @@ from typing import Literal
 
 import attrs
 
+from ctxfold.kernel.ledger import LedgerEntry
 from ctxfold.kernel.types import Message
 
 SIDECAR_SCHEMA_VERSION = 3
@@ -102,7 +103,12 @@ class Receipt:
 
 @attrs.frozen
 class TelemetryRecord:
-    """One telemetry entry: a prepare that acted, an install, or a resume."""
+    """One telemetry entry: a prepare that acted, an install, or a resume.
+
+    An install record carries its fold's cache :class:`~ctxfold.kernel.ledger.LedgerEntry`
+    (``ledger``; ``None`` in older sidecars), completed in memory as requests are sent on
+    its view and written with the session's next sidecar write.
+    """
 
     kind: Literal["prepare", "install", "resume"]
     trigger: str = ""
@@ -117,6 +123,7 @@ class TelemetryRecord:
     projection_version: int = 0
     detail: str = ""
     created_at: str = ""
+    ledger: LedgerEntry | None = None
 
 
 @attrs.frozen

@@ -64,6 +64,8 @@ def _fields(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field in attrs.fields(type(obj)):
         value = getattr(obj, field.name)
+        if attrs.has(type(value)):  # a nested record (an install's ledger)
+            value = _fields(value)
         out[field.name] = value.value if isinstance(value, enum.Enum) else value
     return out
 
@@ -186,10 +188,17 @@ class SidecarV3Codec:
             "last_cache_state": CacheState.coerce(state.last_cache_state).value,
             "generation": state.generation,
             "last_receipt": None if state.last_receipt is None else _fields(state.last_receipt),
-            "telemetry": [_fields(record) for record in state.telemetry],
+            "telemetry": [_telemetry(record) for record in state.telemetry],
             "updated_at": state.updated_at,
             "settings": None if state.settings is None else _fields(state.settings),
         }
+
+
+def _telemetry(record: TelemetryRecord) -> dict[str, Any]:
+    out = _fields(record)
+    if record.ledger is None:  # a record without one is written as before the ledger
+        del out["ledger"]
+    return out
 
 
 def _create(context: StrategyContext) -> SidecarV3Codec:

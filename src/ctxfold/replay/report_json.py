@@ -7,7 +7,8 @@
      "sessions": [{"name", "source", "messages", "requests", "probes", "facts",
                    "references": {"unlimited": {"cost_usd"}},
                    "policies": {POLICY: {<numeric fields>, "failed", "failure",
-                                         "cost_breakdown": {...}, "retention": {...},
+                                         "cost_breakdown": {...}, "ledger": {...},
+                                         "retention": {...},
                                          "fidelity": {...}, "invariants": {...},
                                          ["per_request": [...]]}}}],
      "totals": {POLICY: {<numeric fields>, "failed", "cost_breakdown", "retention",
@@ -91,6 +92,7 @@ def policy_json(result: PolicyResult, *, per_request: bool = False) -> dict[str,
     out["failed"] = result.failed
     out["failure"] = result.failure or None
     out["cost_breakdown"] = result.breakdown.as_dict()
+    out["ledger"] = result.ledger.as_dict()
     out["fallback_summaries"] = result.fallback_summaries
     out["retention"] = retention_json(result.retention)
     out["fidelity"] = fidelity_json(result.fidelity)
@@ -140,6 +142,7 @@ def report_json(sessions: Sequence[SessionResult], *, profile: str, window: int,
         "totals": {
             name: {**_numbers(r), "failed": failed_count[name],
                    "cost_breakdown": r.breakdown.as_dict(),
+                   "ledger": r.ledger.as_dict(),
                    "fallback_summaries": r.fallback_summaries,
                    "retention": retention_json(r.retention),
                    "fidelity": fidelity_json(r.fidelity),

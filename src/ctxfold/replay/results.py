@@ -17,6 +17,32 @@ FIELDS = ("requests", "prompt_tokens", "cache_hit_tokens", "cache_miss_tokens", 
 
 
 @attrs.define
+class FoldLedger:
+    """A policy's cache ledger (docs/checkpoints.md, "The cache ledger"), billed by the
+    replay's prefix cache: its folds' first-request cache reads and writes, the cached
+    prefix they invalidated, their summaries' cost and their net saving against not folding
+    (each fold credited for the requests sent on its view)."""
+
+    folds: int = 0
+    read_tokens: int = 0
+    written_tokens: int = 0
+    invalidated_tokens: int = 0
+    summary_usd: float = 0.0
+    net_saving_usd: float = 0.0
+
+    def add(self, other: FoldLedger) -> None:
+        for field in attrs.fields(FoldLedger):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def as_dict(self) -> dict[str, float]:
+        return {"folds": self.folds, "read_tokens": self.read_tokens,
+                "written_tokens": self.written_tokens,
+                "invalidated_tokens": self.invalidated_tokens,
+                "summary_usd": round(self.summary_usd, 8),
+                "net_saving_usd": round(self.net_saving_usd, 8)}
+
+
+@attrs.define
 class RequestRecord:
     """One main request of one policy, with the summary requests made for it.
 
@@ -38,6 +64,9 @@ class RequestRecord:
     cost_usd: float  # this request plus its summary requests
     retention: Counts = attrs.field(factory=Counts)
     after_first_fold: bool = False
+    #: A fold's request: its cache ledger (``read_tokens``, ``written_tokens``,
+    #: ``invalidated_tokens``, ``saved_per_request``, ``summary_usd``); ``None`` otherwise.
+    ledger: dict[str, float] | None = None
 
     @property
     def miss_tokens(self) -> int:
@@ -58,6 +87,7 @@ class RequestRecord:
             "cost_usd": round(self.cost_usd, 8),
             "retention": retention_counts_json(self.retention),
             "after_first_fold": self.after_first_fold,
+            "ledger": self.ledger,
         }
 
 
@@ -89,6 +119,7 @@ class PolicyResult:
     max_visible_summaries: int = 0
     prefix_stable_between_installs: bool = True
     breakdown: CostBreakdown = attrs.field(factory=CostBreakdown)
+    ledger: FoldLedger = attrs.field(factory=FoldLedger)
     records: list[RequestRecord] = attrs.field(factory=list)
     fidelity: FidelitySummary = attrs.field(factory=FidelitySummary)
     retention: RetentionSummary = attrs.field(factory=RetentionSummary)
@@ -115,6 +146,7 @@ class PolicyResult:
             self.prefix_stable_between_installs and other.prefix_stable_between_installs
         )
         self.breakdown.add(other.breakdown)
+        self.ledger.add(other.ledger)
         self.records.extend(other.records)
         self.fallback_summaries += other.fallback_summaries
         self.offers_search = self.offers_search or other.offers_search

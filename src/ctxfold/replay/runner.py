@@ -30,14 +30,15 @@ from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Policy, Summarizer
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.kernel.kinds import POLICY, PolicyOptions
+from ctxfold.kernel.ledger import LedgerEntry
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.sessions import ImportedSession, PolicyRequest
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import Message, ToolSchema, Usage
+from ctxfold.kernel.types import Message, RequestShape, ToolSchema, Usage
 from ctxfold.replay.billing import Biller, make_cache, token_source_for, unlimited_cost
 from ctxfold.replay.fidelity import FidelitySummary
 from ctxfold.replay.pricing import Price
-from ctxfold.replay.results import PolicyResult, RequestRecord, SessionResult
+from ctxfold.replay.results import FoldLedger, PolicyResult, RequestRecord, SessionResult
 from ctxfold.replay.retention import RetentionScorer, RetentionSummary
 
 #: The tool whose presence in a request means the policy offers history search.
@@ -94,7 +95,8 @@ class _Track:
     """Per-policy running state during a session."""
 
     def __init__(self, policy: Policy, biller: Biller, scorer: FidelityScorer,
-                 budget: int, reserve: int, retention: RetentionScorer) -> None:
+                 budget: int, reserve: int, retention: RetentionScorer,
+                 messages: Sequence[Message] = ()) -> None:
         self.policy = policy
         self.biller = biller
         self.scorer = scorer
@@ -104,6 +106,11 @@ class _Track:
         self.result = PolicyResult()
         self.previous: bytes | None = None
         self.folded = False  # maintained at least once (summary, prune, cut)
+        self.messages = messages
+        #: The previous main request: its message index, prompt and output tokens (what the
+        #: prefix cache holds after it), and the ledger entry of the fold whose view is sent.
+        self.last: tuple[int, int, int] = (-1, 0, 0)
+        self.fold: LedgerEntry | None = None
 
     def _overflow(self, what: str, tokens: int) -> None:
         self.result.failed = True
@@ -167,6 +174,12 @@ class _Track:
                 and not body.startswith(self.previous[:-1])):
             result.prefix_stable_between_installs = False
         self.previous = body
+        ledger = None
+        if req.installed or req.summaries:
+            ledger = self._fold(index, bill, summary)
+        elif self.fold is not None:
+            self.fold = attrs.evolve(self.fold, requests=self.fold.requests + 1)
+        self.last = (index, bill.prompt, bill.output)
         result.records.append(RequestRecord(
             number=number, message_index=index, prompt_tokens=bill.prompt, hit_tokens=bill.hit,
             output_tokens=bill.output, summary_calls=len(req.summaries),
@@ -174,7 +187,38 @@ class _Track:
             summary_output_tokens=summary[2], view_messages=len(messages),
             fidelity=self.scorer.score(messages, index), cost_usd=cost,
             retention=self.retention.score(messages, index, search=search),
-            after_first_fold=self.folded))
+            after_first_fold=self.folded, ledger=ledger))
+
+    def _fold(self, index: int, bill: Any, summary: Sequence[int]) -> dict[str, float]:
+        """Open the ledger entry of the fold this request is the first after; its record's
+        ledger. Not folding, the request would have sent the previous request, its reply
+        and the messages since."""
+        self.close()
+        before, prompt, output = self.last
+        new = without_reasoning(self.messages[before + 1:index])
+        unfolded = prompt + output + self.biller.estimator.estimate(RequestShape(list(new)))
+        self.fold = LedgerEntry(
+            read=bill.hit, written=bill.miss, invalidated=max(prompt + output - bill.hit, 0),
+            saved_per_request=max(unfolded - bill.prompt, 0), requests=1,
+            summary_input=summary[0], summary_read=summary[1], summary_output=summary[2],
+            estimated=False)
+        p = self.biller.price
+        return {"read_tokens": bill.hit, "written_tokens": bill.miss,
+                "invalidated_tokens": self.fold.invalidated,
+                "saved_per_request": self.fold.saved_per_request,
+                "summary_usd": round(self.fold.summary_cost(p.hit, p.miss, p.output), 8)}
+
+    def close(self) -> None:
+        """Add the open fold's entry to the policy's ledger (its view is no longer sent)."""
+        if self.fold is None:
+            return
+        f, p = self.fold, self.biller.price
+        self.result.ledger.add(FoldLedger(
+            folds=1, read_tokens=f.read, written_tokens=f.written,
+            invalidated_tokens=f.invalidated,
+            summary_usd=f.summary_cost(p.hit, p.miss, p.output),
+            net_saving_usd=f.net_saving(p.hit, p.miss, p.output)))
+        self.fold = None
 
     def _count(self, bill: Any) -> None:
         r = self.result
@@ -223,7 +267,7 @@ def replay_session(
                                            constants).items():
             cache, thinking = cache_factory(price)
             tracks[name] = _Track(policy, Biller(estimator, tokens, cache, price, thinking),
-                                  scorer, budget, reserve_output, retention)
+                                  scorer, budget, reserve_output, retention, messages)
         for index, message in enumerate(messages):
             if message.role == "assistant":
                 for track in tracks.values():
@@ -235,6 +279,7 @@ def replay_session(
                 if not track.result.failed:
                     track.policy.observe(message)
         for track in tracks.values():
+            track.close()
             kept = track.policy.canonical()
             if kept is not None:
                 # A failed policy stopped observing: its transcript must equal the prefix.

@@ -20,7 +20,7 @@ from ctxfold.kernel.summary import (
     is_summary_message,
     unwrap_summary,
 )
-from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, Usage
 from ctxfold.plugins.summarizers.facts import (
     CODE_LINE,
     CONSTRAINT,
@@ -209,7 +209,8 @@ class ExtractiveSummarizer:
         ]
         tokens = min(request.target_tokens or request.max_tokens, request.max_tokens)
         text = extract_summary(region, max(tokens, 1) * CHARS_PER_TOKEN)
-        return SummaryResult(text=text, finish_reason="stop")
+        # No model was called: the cache ledger bills this summary nothing.
+        return SummaryResult(text=text, finish_reason="stop", usage=Usage())
 
 
 def _factory(_context: StrategyContext) -> ExtractiveSummarizer:
