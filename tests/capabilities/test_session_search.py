@@ -171,10 +171,10 @@ def test_capability_calls_never_change_the_transcript(folded):
 def test_the_tool_schema_is_unchanged_and_lists_the_capabilities(tmp_path):
     schema = json.dumps([USE_CAPABILITY_TOOL.name, USE_CAPABILITY_TOOL.description,
                          USE_CAPABILITY_TOOL.parameters], sort_keys=True)
-    assert hashlib.sha256(schema.encode()).hexdigest()[:12] == "7a2d8173d324"
+    assert hashlib.sha256(schema.encode()).hexdigest()[:12] == "13482fc74a48"
     listed = json.loads(handle_use_capability([], {"action": "list"}))["capabilities"]
     assert [c["id"] for c in listed] == ["session:tool_result", "session:search",
-                                         "session:message"]
+                                         "session:message", "session:budget", "session:fold"]
 
 
 def test_message_refs_by_id_and_position(open_session):

@@ -204,3 +204,63 @@ def test_a_hostile_search_never_stalls_other_sessions_or_healthz(serve) -> None:
     answers = [m.content for m in served.canonical("alpha") if m.name == USE_CAPABILITY]
     assert answers[0].startswith("error: invalid regex") and "repetition size" in answers[0]
     assert json.loads(answers[1])["partial"] == ["#2"]  # too slow to finish: named, skipped
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_model_folds_at_a_task_boundary_through_the_proxy(serve, stream: bool) -> None:
+    # Task 1 is done (an answer without tool calls) and the user starts task 2: the model
+    # asks for its budget, then folds; the proxy answers both itself, the fold's summary by
+    # the upstream model, and the client sees only the model's reply.
+    served = serve(script=[
+        capability("cap_1", action="call", capability_id="session:budget"),
+        capability("cap_2", action="call", capability_id="session:fold",
+                   arguments={"reason": "task 1 done", "keep": "the parser fix"}),
+        ReplySpec(text="Starting task 2."), ReplySpec(text="ok")], window=16_000,
+        max_rounds=4)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                     {"role": "user", "content": "Task 1: fix the parser."}]
+    for k in range(8):
+        history += [{"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"c{k}", "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": f"step {k}"})}}]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": log_text(4000, f"c{k}")}]
+    history += [{"role": "assistant", "content": "Task 1 done: the parser is fixed."},
+                {"role": "user", "content": "Task 2: add a test for the lexer."}]
+    body = {"model": "m", "messages": history, "tools": [BASH]}
+    if stream:
+        response, events = served.stream("/chat/completions", body)
+        message = assemble(events)
+    else:
+        response = served.post("/chat/completions", body)
+        message = response.json()["choices"][0]["message"]
+    assert message == {"role": "assistant", "content": "Starting task 2."}
+    rounds = [json.loads(b)["messages"] for b in served.bodies]
+    assert len(rounds) == 3
+    budget = json.loads(rounds[1][-1]["content"])
+    # Above half the trigger, below it: no automatic fold yet, a manual one is accepted.
+    assert budget["fold_min_tokens"] <= budget["prompt_tokens"] < budget["trigger_tokens"]
+    assert budget["checkpoints"] == 0
+    assert not any("<compaction-summary>" in json.dumps(m) for m in rounds[1])
+    folded = json.loads(rounds[2][-1]["content"])
+    assert folded["folded"] is True and folded["checkpoints"] == 1
+    assert folded["tokens_after"] < folded["tokens_before"] / 2
+    # The summary request went upstream, with the model's note as its focus.
+    summaries = [r.body for r in served.emu.requests
+                 if "[ctxfold:summary-request]" in json.dumps(r.body["messages"][-1])]
+    assert len(summaries) == 1 and "the parser fix" in json.dumps(summaries[0])
+    # The third round carries the checkpoint, then verbatim: task 2, both capability
+    # exchanges (the fold's own call and answer included).
+    third = rounds[2]
+    assert "<compaction-summary>" in json.dumps(third)
+    tail = third[-5:]
+    assert tail[0] == {"role": "user", "content": "Task 2: add a test for the lexer."}
+    assert [m.get("tool_call_id") or m["tool_calls"][0]["id"] for m in tail[1:]] == [
+        "cap_1", "cap_1", "cap_2", "cap_2"]
+    # The transcript holds everything; the client's next turn continues the same session.
+    session = response.headers["x-ctxfold-session"]
+    canonical = served.canonical(session)
+    assert len(canonical) == len(history) + 5 and canonical[-1].content == "Starting task 2."
+    history += [message, {"role": "user", "content": "thanks"}]
+    again = served.post("/chat/completions", {**body, "messages": history})
+    assert again.headers["x-ctxfold-session"] == session
+    assert json.loads(served.bodies[-1])["messages"][:len(third)] == third  # byte-stable

@@ -1,11 +1,14 @@
 """The stable ``use_capability`` tool: one tool schema, many host capabilities (SPEC §3.7).
 
 The model is offered exactly one extra tool, :data:`USE_CAPABILITY_TOOL`, whose name, schema
-and position never change when capabilities are added, so the tool list (part of every
-request prefix) stays byte-stable and cache-friendly. Capabilities are found with
+and position never change between requests (a capability adds no tool; the description
+names only those a model could not find otherwise, ``session:budget`` and ``session:fold``
+among them), so the tool list (part of every request prefix) stays byte-stable and
+cache-friendly. Capabilities are found with
 ``action="list"`` and invoked with ``action="call"``; each answers from the current session's
-own transcript only, and its answer is appended as an ordinary tool result (history is never
-rewritten).
+own transcript only (``session:budget`` and ``session:fold`` from its live engine, which a
+fold changes the *view* of), and its answer is appended as an ordinary tool result (history
+is never rewritten).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from ctxfold.capabilities import session_message, session_search, tool_result
+from ctxfold.capabilities import session_budget, session_message, session_search, tool_result
+from ctxfold.capabilities.session_budget import SessionControl
 from ctxfold.kernel.errors import ToolResultError
 from ctxfold.kernel.types import Message, ToolSchema
 
@@ -31,7 +35,8 @@ USE_CAPABILITY_TOOL = ToolSchema(
         "\"session:tool_result\" pages through the full text of a truncated tool result: "
         "arguments {\"tool_call_id\": str, \"result_ref\": str (from the truncation marker), "
         "\"offset\": int (UTF-8 byte offset, default 0), \"limit\": int (bytes, default "
-        f"{PAGE_DEFAULT}, max {PAGE_MAX})}}."
+        f"{PAGE_DEFAULT}, max {PAGE_MAX})}}. \"session:budget\" shows the context budget; "
+        "\"session:fold\" folds old context at a task boundary."
     ),
     parameters={
         "type": "object",
@@ -63,44 +68,88 @@ CAPABILITIES: dict[str, tuple[Callable[[], dict[str, Any]], Handler]] = {
     session_search.CAPABILITY_ID: (session_search.describe, session_search.call),
     session_message.CAPABILITY_ID: (session_message.describe, session_message.call),
 }
+#: Capabilities of the live session (its budget, a fold): answered through the
+#: :class:`~ctxfold.capabilities.session_budget.SessionControl` the engine passes.
+SessionHandler = Callable[[SessionControl, Mapping[str, Any]], str]
+SESSION_CAPABILITIES: dict[str, tuple[Callable[[], dict[str, Any]], SessionHandler]] = {
+    session_budget.BUDGET_ID: (session_budget.describe_budget, session_budget.call_budget),
+    session_budget.FOLD_ID: (session_budget.describe_fold, session_budget.call_fold),
+}
 
 
 def capability_list() -> dict[str, Any]:
     """What ``action="list"`` returns (built per call, so no caller can mutate it)."""
-    return {"capabilities": [describe() for describe, _ in CAPABILITIES.values()]}
+    return {"capabilities": [describe() for describe, _ in
+                             (*CAPABILITIES.values(), *SESSION_CAPABILITIES.values())]}
 
 
-def handle_use_capability(messages: Sequence[Message], arguments: Any) -> str:
+def parse_call(arguments: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """``(capability_id, its arguments)`` of an ``action="call"``, ``None`` for
+    ``action="list"``; a :class:`ToolResultError` saying what is wrong with anything else."""
+    arguments = _object(arguments, "the use_capability arguments")
+    action = arguments.get("action")
+    if action == "list":
+        return None
+    if action != "call":
+        raise ToolResultError(
+            f"unknown action {action!r} for use_capability; use action=\"list\" to see "
+            "capabilities or action=\"call\" with capability_id and arguments"
+        )
+    capability_id = arguments.get("capability_id")
+    if capability_id not in CAPABILITIES and capability_id not in SESSION_CAPABILITIES:
+        raise ToolResultError(
+            f"unknown capability_id {capability_id!r}; available: "
+            f"{', '.join((*CAPABILITIES, *SESSION_CAPABILITIES))} (use action=\"list\" for "
+            "details)"
+        )
+    return capability_id, _object(arguments.get("arguments") or {},
+                                  f"arguments of {capability_id}")
+
+
+def requested_capability(arguments: Any) -> str | None:
+    """The capability a ``use_capability`` call asks for, ``None`` when it is a list or
+    malformed (its answer then says what is wrong)."""
+    try:
+        parsed = parse_call(arguments)
+    except (ToolResultError, ValueError, TypeError, RecursionError):
+        return None
+    return None if parsed is None else parsed[0]
+
+
+def answering(run: Callable[[], str]) -> str:
+    """``run()``'s answer, or the ``"error: "`` text of the model's bad input it tripped."""
+    try:
+        return run()
+    except ToolResultError as exc:
+        return f"error: {exc}"
+    except (ValueError, TypeError, RecursionError) as exc:  # anything else the input tripped
+        return f"error: invalid use_capability arguments ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def handle_use_capability(messages: Sequence[Message], arguments: Any,
+                          session: SessionControl | None = None) -> str:
     """Answer one ``use_capability`` call; the returned text is the tool result.
 
     ``arguments`` are the call's arguments ``{"action", "capability_id", "arguments"}``,
     decoded or as the JSON string the model wrote (the inner ``arguments`` may be a JSON string
     too). They are model-controlled: errors are returned as text starting with ``"error: "``
     so the model can correct its call, and nothing raises for bad input — not a non-object,
-    not invalid JSON, not a 5,000-digit number.
+    not invalid JSON, not a 5,000-digit number. ``session`` answers ``session:budget`` and
+    ``session:fold`` (without one, those answer an error).
     """
-    try:
-        arguments = _object(arguments, "the use_capability arguments")
-        action = arguments.get("action")
-        if action == "list":
+    def run() -> str:
+        parsed = parse_call(arguments)
+        if parsed is None:
             return json.dumps(capability_list(), ensure_ascii=False, separators=(",", ":"))
-        if action != "call":
-            raise ToolResultError(
-                f"unknown action {action!r} for use_capability; use action=\"list\" to see "
-                "capabilities or action=\"call\" with capability_id and arguments"
-            )
-        capability_id = arguments.get("capability_id")
-        if capability_id not in CAPABILITIES:
-            raise ToolResultError(
-                f"unknown capability_id {capability_id!r}; available: "
-                f"{', '.join(CAPABILITIES)} (use action=\"list\" for details)"
-            )
-        inner = _object(arguments.get("arguments") or {}, f"arguments of {capability_id}")
-        return CAPABILITIES[capability_id][1](messages, inner)
-    except ToolResultError as exc:
-        return f"error: {exc}"
-    except (ValueError, TypeError, RecursionError) as exc:  # anything else the input tripped
-        return f"error: invalid use_capability arguments ({type(exc).__name__}: {str(exc)[:200]})"
+        capability_id, inner = parsed
+        if capability_id in CAPABILITIES:
+            return CAPABILITIES[capability_id][1](messages, inner)
+        if session is None:
+            raise ToolResultError(f"{capability_id} needs a live session; answer it with "
+                                  "ContextManager.use_capability")
+        return SESSION_CAPABILITIES[capability_id][1](session, inner)
+
+    return answering(run)
 
 
 def with_capability_tool(tools: tuple[ToolSchema, ...]) -> tuple[ToolSchema, ...]:

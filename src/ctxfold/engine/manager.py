@@ -17,8 +17,16 @@ from typing import Any
 
 import attrs
 
+from ctxfold.capabilities import session_budget
 from ctxfold.capabilities.bounding import make_tool_result
-from ctxfold.capabilities.tool import capability_call, handle_use_capability
+from ctxfold.capabilities.session_budget import Budget, Folded, FoldRequest
+from ctxfold.capabilities.tool import (
+    answering,
+    capability_call,
+    handle_use_capability,
+    parse_call,
+    requested_capability,
+)
 from ctxfold.engine import driving, lineage
 from ctxfold.engine import turn as turns
 from ctxfold.engine.counts import PersistedCounts
@@ -50,8 +58,10 @@ from ctxfold.interop.usage import usage_from
 from ctxfold.kernel import fold, maintenance
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
+from ctxfold.kernel.errors import MaintenanceError, ProviderError
 from ctxfold.kernel.outcome import Latches, MaintenanceContext, Outcome, PrepareAction
 from ctxfold.kernel.state import SidecarState
+from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import (
     ChatRequest,
     ChatResponse,
@@ -348,10 +358,15 @@ class ContextManager:
         self._committer.state = attrs.evolve(self.state, prompt_cache_key=key)
 
     def use_capability(self, arguments: Any) -> str:
-        """Answer a ``use_capability`` call from this transcript; errors as text."""
+        """Answer a ``use_capability`` call from this session; errors as text.
+
+        ``session:fold`` folds here, before the host appends the answer: the fold covers
+        only messages before the newest round (the 5 % tail always keeps the last assistant
+        message, the one holding the call, and what follows it), so the call and its answer
+        stay verbatim after the new checkpoint, and the next request carries both."""
         with self._lock:
             self._sync()
-            return handle_use_capability(self._canonical, arguments)
+            return handle_use_capability(self._canonical, arguments, _Control(self))
 
     def answer(self, tool_call: Any) -> dict[str, Any] | None:
         """The tool message answering ``tool_call`` if it calls ``use_capability`` (in the
@@ -361,10 +376,79 @@ class ContextManager:
         return None if call is None else call.reply(self.use_capability(call.arguments))
 
     async def aanswer(self, tool_call: Any) -> dict[str, Any] | None:
-        """:meth:`answer` for an event loop (the capability runs in a worker thread)."""
+        """:meth:`answer` for an event loop (the capability runs in a worker thread; a
+        ``session:fold`` runs :meth:`acompact`, its summary awaited)."""
         call = capability_call(tool_call)
-        return None if call is None else call.reply(
-            await asyncio.to_thread(self.use_capability, call.arguments))
+        if call is None:
+            return None
+        if requested_capability(call.arguments) == session_budget.FOLD_ID:
+            return call.reply(await self._afold(call.arguments))
+        return call.reply(await asyncio.to_thread(self.use_capability, call.arguments))
+
+    def _budget(self) -> Budget:
+        """What ``session:budget`` answers: the window, the trigger, the prompt estimate
+        and what has been folded (:mod:`ctxfold.capabilities.session_budget`)."""
+        with self._lock:
+            self._sync()
+            _view, tokens = self.view_estimate()
+            state = self.state
+            projection = state.projection
+            folded = projection is not None and any(is_summary_message(m)
+                                                    for m in projection.messages)
+            return Budget(
+                window=self.window, input_budget=self.hard_ceiling,
+                trigger_tokens=self.trigger_tokens,
+                compact_ratio=self.config.agent.compact_ratio, prompt_tokens=tokens,
+                # The telemetry keeps the newest 256 records: past that, a lower bound.
+                checkpoints=sum(1 for t in state.telemetry
+                                if t.kind == "install" and t.action == "summary"),
+                messages=len(self._canonical),
+                folded_messages=projection.covered_count if folded and projection else 0,
+                reported_prompt_tokens=self.last_usage.prompt_tokens if self.last_usage
+                else None)
+
+    def _folded(self, action: str, why: str = "") -> Folded:
+        after = self._budget()
+        receipt = self.state.last_receipt
+        if action != "summary" and not why and receipt is not None:
+            why = receipt.reason
+        return Folded(action=action, tokens_after=after.prompt_tokens,
+                      checkpoints=after.checkpoints, folded_messages=after.folded_messages,
+                      why=why)
+
+    def _fold(self, request: FoldRequest) -> Folded:
+        try:
+            prepared = self.compact(request.focus)
+        except (MaintenanceError, ProviderError) as exc:  # the summary failed: say so
+            return self._folded("failed", f"the summary failed, nothing was folded: {exc}")
+        return self._folded(prepared.action.value)
+
+    async def _afold(self, arguments: Any) -> str:
+        """``session:fold`` for an event loop: the sync path's checks (in a worker thread),
+        then :meth:`acompact`."""
+        checked: list[tuple[FoldRequest, Budget]] = []
+
+        def check() -> str:
+            parsed = parse_call(arguments)
+            assert parsed is not None  # requested_capability() said session:fold
+            request = session_budget.fold_request(parsed[1])
+            before = self._budget()
+            refused = session_budget.refusal(before)
+            if refused is None:
+                checked.append((request, before))
+            return refused or ""
+
+        text = await asyncio.to_thread(answering, check)
+        if not checked:  # refused, or the model's bad arguments
+            return text
+        request, before = checked[0]
+        try:
+            prepared = await self.acompact(request.focus)
+            folded = await asyncio.to_thread(self._folded, prepared.action.value)
+        except (MaintenanceError, ProviderError) as exc:  # the summary failed: say so
+            folded = await asyncio.to_thread(
+                self._folded, "failed", f"the summary failed, nothing was folded: {exc}")
+        return session_budget.fold_answer(before, folded)
 
     def prune_stale_tool_results(self) -> int:
         return 0  # compatibility no-op: pruning only happens under pressure
@@ -437,6 +521,20 @@ class ContextManager:
     def fork_point(self) -> lineage.ForkPoint | None:
         """Where this session was forked from; ``None`` when it was created."""
         return lineage.fork_point(self.store, self.session_id)
+
+
+class _Control:
+    """The live session ``session:budget`` and ``session:fold`` answer from (the
+    :class:`~ctxfold.capabilities.session_budget.SessionControl` of a manager)."""
+
+    def __init__(self, cm: ContextManager) -> None:
+        self.cm = cm
+
+    def budget(self) -> Budget:
+        return self.cm._budget()
+
+    def fold(self, request: FoldRequest) -> Folded:
+        return self.cm._fold(request)
 
 
 __all__ = ["ContextManager", "ResumeResult", "SessionWarning", "UsageObservation"]

@@ -1,8 +1,11 @@
-"""Policies ``ctxfold`` and ``ctxfold-plain``: the real engine, a :class:`~ctxfold.ContextManager`.
+"""Policies ``ctxfold``, ``ctxfold-plain`` and ``ctxfold-boundary``: the real engine, a
+:class:`~ctxfold.ContextManager`.
 
 ``ctxfold`` runs it as configured (by default: standing rules pinned in every checkpoint,
 summaries checked and repaired before install); ``ctxfold-plain`` switches both off
 (``[checkpoint] extract_rules = false, check = "off"``), so the report measures what they add.
+``ctxfold-boundary`` is ``ctxfold`` whose model also calls ``session:fold`` at each task
+boundary the session marks (:class:`BoundaryCtxfoldPolicy`).
 
 Each canonical message is appended to a session in a private filesystem store (temporary
 directory); before each assistant message the policy calls ``prepare()`` — the engine exactly
@@ -24,6 +27,8 @@ import re
 
 import attrs
 
+from ctxfold.capabilities.session_budget import FOLD_ID
+from ctxfold.capabilities.tool import with_capability_tool
 from ctxfold.engine.opening import open_session
 from ctxfold.kernel.config import AgentConfig, CheckpointConfig, SummarizerConfig
 from ctxfold.kernel.errors import MaintenanceError, PolicyFailedError
@@ -59,6 +64,9 @@ class CtxfoldPolicy:
     name = "ctxfold"
     #: ``[checkpoint]`` of this policy (``None``: the replay's configuration).
     checkpoint: CheckpointConfig | None = None
+    #: Offer ``use_capability`` on every request, as a host that lists it among its own
+    #: tools does (``False``: once the view holds something to look up, the default).
+    always_offer = False
 
     def __init__(self, setup: PolicyOptions, context: StrategyContext[PolicyOptions]) -> None:
         self.setup = setup
@@ -80,7 +88,7 @@ class CtxfoldPolicy:
             session_id,
             config=config,
             registry=registry,
-            tools=setup.tools,
+            tools=with_capability_tool(setup.tools) if self.always_offer else setup.tools,
             estimator=setup.estimator,
             summarizer=self.recorder,
             window=setup.window,
@@ -97,12 +105,17 @@ class CtxfoldPolicy:
             self.manager.append(*self._pending)
             self._pending.clear()
 
+    def _before_prepare(self) -> None:
+        """What the host does before a request's ``prepare()`` (its summaries are billed with
+        the request)."""
+
     def request(self) -> PolicyRequest:
         self._flush()
         before = len(self.recorder.calls)
         state = self.manager.state.projection
         version = state.projection_version if state else 0
         try:
+            self._before_prepare()
             prepared = self.manager.prepare()
         except MaintenanceError as exc:
             raise PolicyFailedError(f"policy {self.name}: {exc}") from exc
@@ -146,11 +159,61 @@ def _plain(context: StrategyContext[PolicyOptions]) -> CtxfoldPolicy:
     return PlainCtxfoldPolicy(context.options, context)
 
 
+def is_task_boundary(previous: Message | None, message: Message) -> bool:
+    """Whether ``message`` starts a new task: a person's ``user`` message (origin ``user``,
+    not the host's) right after an assistant reply without tool calls — the agent handed
+    the turn back, and the user asks for something next (docs/replay.md, "Task
+    boundaries")."""
+    return (message.role == "user" and message.origin == "user" and previous is not None
+            and previous.role == "assistant" and not previous.tool_calls)
+
+
+class BoundaryCtxfoldPolicy(CtxfoldPolicy):
+    """``ctxfold-boundary``: ``ctxfold`` whose model calls ``session:fold`` at each task
+    boundary (:func:`is_task_boundary`) before answering the new task; the capability
+    folds only from half the trigger on, so a boundary on a small view costs nothing. It
+    offers ``use_capability`` on every request (its schema billed), so the model can fold at
+    the first boundary. The call's own round trip (a short tool call and its answer) is not
+    in the recorded session and is not billed."""
+
+    name = "ctxfold-boundary"
+    always_offer = True
+
+    def __init__(self, setup: PolicyOptions, context: StrategyContext[PolicyOptions]) -> None:
+        super().__init__(setup, context)
+        self._previous: Message | None = None
+        self._boundary = False
+        #: The answers of the ``session:fold`` calls made, in order.
+        self.fold_answers: list[str] = []
+
+    def observe(self, message: Message) -> None:
+        if message.role != "user" or not self._boundary:
+            self._boundary = is_task_boundary(self._previous, message)
+        self._previous = message
+        super().observe(message)
+
+    def _before_prepare(self) -> None:
+        if not self._boundary:
+            return
+        self._boundary = False
+        self.fold_answers.append(self.manager.use_capability({
+            "action": "call", "capability_id": FOLD_ID,
+            "arguments": {"reason": "the previous task is done; a new one starts"}}))
+
+
+def _boundary(context: StrategyContext[PolicyOptions]) -> CtxfoldPolicy:
+    return BoundaryCtxfoldPolicy(context.options, context)
+
+
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
-    """Register the ``ctxfold`` and ``ctxfold-plain`` policies."""
+    """Register the ``ctxfold``, ``ctxfold-plain`` and ``ctxfold-boundary`` policies."""
     return [StrategySpec(kind="policy", name="ctxfold", factory=_factory,
                          description="the ctxfold engine (ContextManager.prepare) as specified"),
             StrategySpec(kind="policy", name="ctxfold-plain", factory=_plain,
                          description="the ctxfold engine without pinned rules and without the "
-                         "summary check (what they add)")]
+                         "summary check (what they add)"),
+            StrategySpec(kind="policy", name="ctxfold-boundary", factory=_boundary,
+                         description="the ctxfold engine whose model calls session:fold at "
+                         "each task boundary (a user message after a reply without tool "
+                         "calls)")]
