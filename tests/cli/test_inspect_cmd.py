@@ -24,7 +24,7 @@ path = "sessions"
 """
 TELEMETRY_KEYS = {"kind", "trigger", "action", "tokens_before", "tokens_after", "saved_tokens",
                   "summary_calls", "cache_state", "cache_hit_tokens", "cache_miss_tokens",
-                  "projection_version", "detail", "created_at"}
+                  "projection_version", "detail", "created_at", "turn"}
 
 
 @pytest.fixture

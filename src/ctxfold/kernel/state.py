@@ -102,9 +102,11 @@ class Receipt:
 
 @attrs.frozen
 class TelemetryRecord:
-    """One telemetry entry: a prepare that acted, an install, or a resume."""
+    """One telemetry entry: a prepare that acted, an install, a resume, or a ``thrash``
+    the guard saw (``action``: ``refill``, ``same-span`` or ``cap``; ``detail`` says what
+    it saw and did; :mod:`ctxfold.kernel.thrash`)."""
 
-    kind: Literal["prepare", "install", "resume"]
+    kind: Literal["prepare", "install", "resume", "thrash"]
     trigger: str = ""
     action: str = ""
     tokens_before: int = 0
@@ -117,6 +119,9 @@ class TelemetryRecord:
     projection_version: int = 0
     detail: str = ""
     created_at: str = ""
+    #: The model turn the record was made in (``None``: not known, an older record); the
+    #: thrash guard measures how soon a checkpoint refilled by it.
+    turn: int | None = None
 
 
 @attrs.frozen
