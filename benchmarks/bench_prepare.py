@@ -97,11 +97,13 @@ def _rss_mib() -> float:
 def measure(job: tuple[str, int, int, int]) -> dict[str, Any]:
     """One estimator × size in this (fresh) process."""
     from ctxfold import Config, Message, open_session
-    from ctxfold.kernel.config import EstimatorConfig, StoreConfig
+    from ctxfold.kernel.config import CheckpointConfig, EstimatorConfig, StoreConfig
 
     estimator, size, turns, folds = job
     with tempfile.TemporaryDirectory(prefix="ctxfold-bench-") as tmp:
-        config = Config(estimator=EstimatorConfig(name=estimator), store=StoreConfig(path=tmp))
+        # Built in seconds with up to 125 checkpoints: no cap on summaries an hour.
+        config = Config(estimator=EstimatorConfig(name=estimator), store=StoreConfig(path=tmp),
+                        checkpoint=CheckpointConfig(max_summaries_per_hour=0))
         summarize = Summarize()
 
         def session() -> Any:

@@ -156,11 +156,14 @@ def all_tags(messages: Iterable[Any]) -> set[str]:
 
 
 def write_config(directory: Path, store: Path, extra: str = "") -> Path:
-    """An offline config file: heuristic estimator, extractive summarizer, ``store``."""
+    """An offline config file: heuristic estimator, extractive summarizer, ``store``, and no
+    summary cap — the harnesses fold in seconds what an agent folds in hours, and the thrash
+    guard's cap would stop them (``extra`` goes on in ``[store]``)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "ctxfold.toml"
     path.write_text(
         '[estimator]\nname = "heuristic"\n[summarizer]\nname = "extractive"\n'
+        "[checkpoint]\nmax_summaries_per_hour = 0\n"
         f"[store]\npath = {str(store)!r}\n{extra}"
     )
     return path

@@ -21,7 +21,8 @@ _ERRORS = (
     "SessionError", "ToolResultError", "ImporterError", "StoreError", "AppendError",
     "SidecarError",
     "SidecarVersionError", "StaleContextError", "MaintenanceError", "CompactionRequiredError",
-    "SummaryFailedError", "SummarizerError", "PolicyFailedError", "SmokeError", "ProviderError",
+    "SummaryFailedError", "SummarizerError", "SummaryCapError", "PolicyFailedError",
+    "SmokeError", "ProviderError",
     "AuthenticationError", "RateLimitError", "ContextLimitError", "ServerError",
     "ProviderConnectionError", "ProviderTimeoutError", "ProviderResponseError",
     "ProviderRequestError",
@@ -166,6 +167,7 @@ if TYPE_CHECKING:  # pragma: no cover
         StaleContextError,
         StoreError,
         SummarizerError,
+        SummaryCapError,
         SummaryFailedError,
         ToolResultError,
     )

@@ -24,7 +24,7 @@ path = "sessions"
 """
 TELEMETRY_KEYS = {"kind", "trigger", "action", "tokens_before", "tokens_after", "saved_tokens",
                   "summary_calls", "cache_state", "cache_hit_tokens", "cache_miss_tokens",
-                  "projection_version", "detail", "created_at", "ledger"}
+                  "projection_version", "detail", "created_at", "ledger", "turn"}
 
 
 @pytest.fixture
@@ -46,6 +46,24 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cm.compact()
     assert cm.state.projection is not None
     return tmp_path / "sessions"
+
+
+def test_a_thrash_record_shows_what_the_guard_saw(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sidecar = root / "s.context.json"
+    data = json.loads(sidecar.read_text())
+    data["telemetry"].append({"kind": "thrash", "trigger": "pressure", "action": "refill",
+                              "projection_version": 1, "turn": 6,
+                              "detail": "the checkpoint of turn 5 (projection v1) reached the "
+                                        "trigger again at turn 6"})
+    sidecar.write_text(json.dumps(data))
+    code, out, _err = run(capsys, "inspect", "s")
+    assert code == 0
+    lines = out.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.lstrip().startswith("thrash"))
+    assert "refill" in lines[row]
+    assert lines[row + 1].strip() == ("the checkpoint of turn 5 (projection v1) reached the "
+                                      "trigger again at turn 6")
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:

@@ -150,6 +150,11 @@ def test_flag_strings_are_parsed_and_named(dirs: dict[str, Path]) -> None:
         ("agent = 3\n", ["[agent] must be a table", "got 3"]),
         ("[plugins]\ndisabled = 'x'\n", ["plugins.disabled = 'x'", "a list of strings"]),
         ("[provider]\ntimeout_seconds = 0\n", ["provider.timeout_seconds = 0", "> 0"]),
+        ("[checkpoint]\nmax_summaries_per_hour = -1\n",
+         ["line 2", "checkpoint.max_summaries_per_hour = -1", ">= 0"]),
+        ("[checkpoint]\nmax_summaries_per_hour = 2.5\n",
+         ["checkpoint.max_summaries_per_hour = 2.5", "wrong type (float)",
+          "an integer >= 0 (0 = no cap)"]),
         ("[store]\nconnect_timeout_seconds = 0\n", ["store.connect_timeout_seconds = 0", "> 0"]),
         ("[store]\nstatement_timeout_seconds = nan\n",
          ["store.statement_timeout_seconds = nan", "> 0"]),
@@ -167,6 +172,16 @@ def test_invalid_file_values_name_file_key_value_and_allowed(
     assert f"project file {path}" in message
     for needle in needles:
         assert needle in message
+
+
+def test_the_summary_cap_loads_from_a_file_and_the_environment(dirs: dict[str, Path]) -> None:
+    assert _load(dirs).config.checkpoint.max_summaries_per_hour == 60
+    (dirs["project"] / "ctxfold.toml").write_text("[checkpoint]\nmax_summaries_per_hour = 0\n")
+    assert _load(dirs).config.checkpoint.max_summaries_per_hour == 0  # 0: no cap
+    env = {"CTXFOLD_CHECKPOINT_MAX_SUMMARIES_PER_HOUR": "12"}
+    assert _load(dirs, env=env).config.checkpoint.max_summaries_per_hour == 12
+    message = _error(dirs, env={"CTXFOLD_CHECKPOINT_MAX_SUMMARIES_PER_HOUR": "lots"})
+    assert "checkpoint.max_summaries_per_hour" in message and "integer >= 0" in message
 
 
 def test_all_problems_of_a_file_in_one_error(dirs: dict[str, Path]) -> None:

@@ -92,6 +92,18 @@ def test_a_finished_round_over_budget_folds_when_a_user_turn_follows_it() -> Non
     assert fold.tail_start(calls, head=2, window=1000, count=count) == 4
 
 
+def test_a_thrash_tail_folds_all_but_the_newest_round() -> None:
+    view = [sys_(), user("task")]
+    for i in range(12):
+        view += [call(f"c{i}"), result(f"c{i}", "x" * 90)]  # 100 tokens a round
+    window = 10_000  # 5 %: 500 tokens, five rounds; 1 %: 100 tokens, the newest round
+    normal = fold.plan_fold(view, window, count, forced=False)
+    widened = fold.plan_fold(view, window, count, forced=False,
+                             tail_ratio=fold.THRASH_TAIL_RATIO)
+    assert normal is not None and widened is not None
+    assert (len(view) - normal.end, len(view) - widened.end) == (10, 2)
+
+
 @given(sizes=st.lists(st.integers(1, 400), min_size=1, max_size=30),
        window=st.integers(500, 5000))
 def test_tail_start_is_never_a_tool_result_for_any_session(sizes: list[int], window: int) -> None:

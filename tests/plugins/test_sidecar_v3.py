@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -140,6 +141,7 @@ def test_v3_is_byte_stable(codec: SidecarV3Codec) -> None:
     assert state.last_receipt.probes_before == 0.5 and state.last_receipt.probes_after == 1.0
     assert state.last_receipt.repaired == ("- error: ValueError: limit 4096 exceeds maximum 1024",)
     assert [t.kind for t in state.telemetry] == ["install", "resume"]
+    assert [t.turn for t in state.telemetry] == [7, None]
     assert state.telemetry[1] == TelemetryRecord(
         kind="resume", cache_state=CacheState.COLD, detail="idle 30h",
         created_at="2026-08-21T16:00:00.000000Z",
@@ -255,6 +257,21 @@ def test_a_session_with_a_list_for_a_label_opens(tmp_path) -> None:
     again = ctxfold.open_session("s", store_path=str(tmp_path), summarize=lambda r: "x")
     assert again.state.last_receipt is None
     assert again.prepare().messages[-1].content == "hi"
+
+
+def test_a_thrash_record_and_a_turn_round_trip_and_older_records_have_no_turn(
+        codec: SidecarV3Codec) -> None:
+    data = fixture("v3.json")
+    thrash = TelemetryRecord(kind="thrash", trigger="pressure", action="refill",
+                             tokens_before=13020, projection_version=2, turn=9,
+                             detail="the checkpoint of turn 7 (projection v2) reached the "
+                                    "trigger again at turn 9")
+    state = codec.decode(data)
+    with_thrash = attrs.evolve(state, telemetry=(*state.telemetry, thrash))
+    assert codec.decode(json.loads(json.dumps(codec.encode(with_thrash)))) == with_thrash
+    for record in data["telemetry"]:  # written before records had a turn
+        del record["turn"]
+    assert [t.turn for t in codec.decode(data).telemetry] == [None, None]
 
 
 def test_unknown_telemetry_kind_is_dropped(codec: SidecarV3Codec) -> None:

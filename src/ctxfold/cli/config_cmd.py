@@ -41,6 +41,8 @@ _HELP = {
     "...) in every checkpoint.",
     "checkpoint.pins_ratio": "Budget of the pinned rules, as a share of the window.",
     "checkpoint.check": "repair | second-pass | off: keep what a summary lost verbatim.",
+    "checkpoint.max_summaries_per_hour": "Stop with an error before a summary that would make "
+    "more than this many in the last hour; 0 = no cap.",
     "store.name": "fs | postgres | <plugin>",
     "store.sidecar_format": "v3 | <plugin>",
     "store.path": "Session directory, relative to the working directory.",

@@ -61,6 +61,8 @@ def render(report: dict[str, Any]) -> str:
                        f"{t['summary_calls']:>5}  {t['cache_state']:<8} "
                        f"{t['cache_hit_tokens']:<8} {t['cache_miss_tokens']:<8} "
                        f"{t['projection_version']}")
+            if t["kind"] == "thrash":  # what the guard saw is the point of the record
+                out.append(f"           {t['detail']}")
     out.extend(_render_ledger(report["ledger"]))
     out.extend(f"notice: {n}" for n in report["notices"])
     return "\n".join(out)

@@ -266,6 +266,7 @@ class ContextManager:
             tools=tools, canonical=self._canonical, estimator=self.estimator,
             pruner=self.pruner, committer=self._committer, count=self._count,
             review=Reviewer(self.config.checkpoint, self._count),
+            max_summaries_per_hour=self.config.checkpoint.max_summaries_per_hour,
         )
         return maintenance.maintain(context, view, tokens)
 

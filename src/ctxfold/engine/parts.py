@@ -291,6 +291,7 @@ def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
         reload=reload,
         hooks=parts.registry.pm.hook,
         session_id=session_id,
+        clock=parts.clock,
     )
     # The very transcript the projection was validated against: its covered-prefix hash is
     # then extended, not recomputed, by the next install (kernel.fingerprint).

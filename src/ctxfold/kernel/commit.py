@@ -13,6 +13,7 @@ in-memory state is restored and no applied receipt exists anywhere.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ from ctxfold.kernel.state import (
     SidecarState,
     TelemetryRecord,
 )
-from ctxfold.kernel.types import Message, Trigger, Usage, utc_now
+from ctxfold.kernel.types import Message, Trigger, Usage, utc_time
 
 MAX_TELEMETRY = 256
 
@@ -56,6 +57,7 @@ class Committer:
         reload: Callable[[], SidecarState | None],
         hooks: Any = None,
         session_id: str = "",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
         self.transcript_version = state.transcript_version
@@ -72,6 +74,13 @@ class Committer:
         #: The last observed request's prompt plus its reply: the prefix the provider caches
         #: (``None``: no usage observed yet; a fold's ledger then estimates it).
         self.cached_tokens: int | None = None
+        #: The session's clock (seconds since the epoch): every timestamp this committer
+        #: writes is read from it, so the thrash guard's hour is the session's hour.
+        self.clock = clock
+
+    def stamp(self) -> str:
+        """Now, by the session's clock, as the ISO-8601 UTC string every record carries."""
+        return utc_time(self.clock())
 
     # -- capture and compare -----------------------------------------------------------------
 
@@ -100,7 +109,7 @@ class Committer:
         for _attempt in range(8):
             previous = self.state
             new_state = attrs.evolve(
-                new_state, transcript_version=self.transcript_version, updated_at=utc_now()
+                new_state, transcript_version=self.transcript_version, updated_at=self.stamp()
             )
             self.state = new_state
             try:
@@ -152,7 +161,7 @@ class Committer:
             projection_tokens=projection_tokens,
             view_input_hash=view_input_hash,
             view_output_hash=view_output_hash,
-            created_at=utc_now(),
+            created_at=self.stamp(),
         )
         receipt = attrs.evolve(
             receipt,
@@ -162,7 +171,7 @@ class Committer:
             covered_count=covered_count,
             covered_prefix_hash=projection.covered_prefix_hash,
             cache_break=True,
-            created_at=utc_now(),
+            created_at=self.stamp(),
         )
         telemetry = attrs.evolve(telemetry, projection_version=version)
         made: list[Receipt] = []
@@ -205,7 +214,7 @@ class Committer:
                 projection_version=projection.projection_version if projection else 0,
                 covered_count=projection.covered_count if projection else 0,
                 generation=generation,
-                created_at=utc_now(),
+                created_at=self.stamp(),
             )
             made.append(stamped)
             telemetries = (self._with_telemetry(telemetry, base) if telemetry
@@ -218,11 +227,20 @@ class Committer:
 
     def record_resume(self, label: CacheState) -> None:
         """Record the resume label in the sidecar telemetry (nothing else changes)."""
-        record = TelemetryRecord(kind="resume", cache_state=label, created_at=utc_now())
+        record = TelemetryRecord(kind="resume", cache_state=label, created_at=self.stamp())
 
         def on(base: SidecarState) -> SidecarState:
             return attrs.evolve(base, last_cache_state=label,
                                 telemetry=self._with_telemetry(record, base))
+
+        self._persist(on(self.state), on)
+
+    def note(self, record: TelemetryRecord) -> None:
+        """Record ``record`` alone (the thrash guard's): no receipt, and neither the
+        generation nor the projection changes, so no operation's compare-and-swap loses."""
+
+        def on(base: SidecarState) -> SidecarState:
+            return attrs.evolve(base, telemetry=self._with_telemetry(record, base))
 
         self._persist(on(self.state), on)
 
@@ -282,7 +300,7 @@ class Committer:
             cache_state=self.state.last_cache_state,
             cache_hit_tokens=self.cache_hit_tokens,
             cache_miss_tokens=self.cache_miss_tokens,
-            created_at=utc_now(),
+            created_at=self.stamp(),
             **fields,
         )
         self.cache_hit_tokens = self.cache_miss_tokens = 0

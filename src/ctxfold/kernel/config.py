@@ -19,6 +19,10 @@ EFFORTS = ("none", "low", "medium", "high", "max")
 #: once more naming it, or install summaries unchecked.
 CHECKS = ("repair", "second-pass", "off")
 PINS_RATIO_MAX = 0.25
+#: One summary a minute, sustained for an hour: above the most folds one rescue of a long
+#: imported or forked transcript makes (32) and far above a session's ordinary pace, so only a
+#: runaway loop of folds trips it.
+DEFAULT_MAX_SUMMARIES_PER_HOUR = 60
 
 #: ``[agent]`` keys of the retired multi-threshold design (origin §4). They load without
 #: error, are zeroed in memory, and ``ctxfold config migrate`` removes them from files.
@@ -158,7 +162,7 @@ class SummarizerConfig:
 class CheckpointConfig:
     """``[checkpoint]``: what a checkpoint carries besides head, summary and tail — the
     standing rules (explicit pins, and rules extracted from user messages) and the check of
-    its summary against the fold region's probes."""
+    its summary against the fold region's probes — and how many summaries an hour may cost."""
 
     extract_rules: bool = True
     pins_ratio: float = attrs.field(
@@ -167,6 +171,12 @@ class CheckpointConfig:
     )
     check: str = attrs.field(
         default="repair", validator=_check, metadata=_allowed("one of " + ", ".join(CHECKS))
+    )
+    #: The thrash guard's cap (ctxfold.kernel.thrash): no summary is asked for that would make
+    #: more than this many summary installs in the last hour; 0 turns the cap off.
+    max_summaries_per_hour: int = attrs.field(
+        default=DEFAULT_MAX_SUMMARIES_PER_HOUR, validator=_non_negative,
+        metadata=_allowed("an integer >= 0 (0 = no cap)"),
     )
 
 

@@ -24,6 +24,7 @@
     │   ├── SummaryFailedError      the summarizer returned empty or truncated output
     │   ├── SummarizerError         the summarizer itself failed (a plugin, or the host's
     │   │                           summarize callable raised)
+    │   ├── SummaryCapError         a fold would pass ``[checkpoint] max_summaries_per_hour``
     │   └── PolicyFailedError       a replay policy could not build a request that fits
     ├── SmokeError                  a smoke-test step failed (assertion, cost cap, order)
     └── ProviderError               anything that went wrong talking to a provider
@@ -127,6 +128,22 @@ class SummaryFailedError(MaintenanceError):
 class SummarizerError(MaintenanceError):
     """The summarizer failed: a plugin raised, or the host's ``summarize`` callable raised or
     returned something that is not text; nothing is installed (a ``failed`` receipt)."""
+
+
+class SummaryCapError(MaintenanceError):
+    """A fold would spend more summaries in the last hour than ``[checkpoint]
+    max_summaries_per_hour`` allows — the checkpoints thrash. Raised before the summarizer is
+    asked: nothing was spent, and neither the transcript nor the checkpoint changed.
+    ``session_id``, ``count`` (summaries installed in the last hour), ``limit`` and
+    ``retry_after`` (seconds until the oldest of them is an hour old) say which."""
+
+    def __init__(self, message: str, *, session_id: str, count: int, limit: int,
+                 retry_after: float) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.count = count
+        self.limit = limit
+        self.retry_after = retry_after
 
 
 class PolicyFailedError(MaintenanceError):

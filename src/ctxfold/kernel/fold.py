@@ -17,6 +17,10 @@ from ctxfold.kernel.types import Message
 from ctxfold.kernel.view import canonical_index
 
 TAIL_RATIO = 0.05
+#: The verbatim tail of a checkpoint made while checkpoints thrash (ctxfold.kernel.thrash):
+#: 1 % of the window, so the fold takes all but the newest messages — the newest round is
+#: kept whatever the budget — and leaves the next turns more room before the trigger.
+THRASH_TAIL_RATIO = 0.01
 HEAD_PIN_RATIO = 0.08
 MIN_FOLD_TOKENS = 400
 MIN_FOLD_MESSAGES = 2
@@ -72,11 +76,13 @@ def pinned_task(message: Message, position: int, window: int, count: TokenCount)
     return attrs.evolve(message, content=clipped, raw_content=None)
 
 
-def tail_start(view: Sequence[Message], head: int, window: int, count: TokenCount) -> int:
-    """Start of the verbatim tail: newest messages within 5% of the window, never starting
-    on a tool result, always keeping the newest round: the last assistant message with its
-    tool results, or the user turn that follows them (a finished round over budget folds)."""
-    budget = int(window * TAIL_RATIO)
+def tail_start(view: Sequence[Message], head: int, window: int, count: TokenCount,
+               tail_ratio: float = TAIL_RATIO) -> int:
+    """Start of the verbatim tail: newest messages within ``tail_ratio`` (5%) of the window,
+    never starting on a tool result, always keeping the newest round: the last assistant
+    message with its tool results, or the user turn that follows them (a finished round over
+    budget folds)."""
+    budget = int(window * tail_ratio)
     start = len(view)
     used = 0
     while start > head:
@@ -102,11 +108,13 @@ def plan_fold(
     count: TokenCount,
     *,
     forced: bool,
+    tail_ratio: float = TAIL_RATIO,
 ) -> FoldPlan | None:
     """The fold region between head and tail, or ``None`` when nothing worth folding remains
-    (fewer than 2 messages, or under 400 tokens unless ``forced``)."""
+    (fewer than 2 messages, or under 400 tokens unless ``forced``); ``tail_ratio`` is
+    :data:`THRASH_TAIL_RATIO` for a checkpoint made while checkpoints thrash."""
     head = head_length(view, window, count)
-    start = tail_start(view, head, window, count)
+    start = tail_start(view, head, window, count, tail_ratio)
     if start - head < MIN_FOLD_MESSAGES:
         return None
     if not forced and sum(count(m) for m in view[head:start]) < MIN_FOLD_TOKENS:

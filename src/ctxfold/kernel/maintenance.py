@@ -99,8 +99,8 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
             break  # one turn never pays two automatic summaries (a rescue above hard may)
         try:
             result = yield from run.fold(forced=trigger == "manual" or must_free, pruned=pruned)
-        except CtxfoldError as exc:  # a manual compaction's summary failed: tell the caller
-            return run.outcome(error=exc)
+        except CtxfoldError as exc:  # a manual compaction's summary failed, or the summary
+            return run.outcome(error=exc)  # cap was reached: tell the caller
         if result is FoldResult.STALE and run.tokens >= hard:  # lost to another process
             must_free, pruned = True, run.prune_candidate()  # and still over: fold again
             continue

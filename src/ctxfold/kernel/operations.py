@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import attrs
 
-from ctxfold.kernel import checkpoint, fold
+from ctxfold.kernel import checkpoint, fold, thrash
 from ctxfold.kernel.commit import Capture, blocked_receipt
 from ctxfold.kernel.errors import CtxfoldError, StaleContextError, SummaryFailedError
 from ctxfold.kernel.fingerprint import content_hash, fingerprint
@@ -76,6 +76,9 @@ class Run:
         self.pruned = False
         #: The ledger's summary figures of the fold under way (input, read, output).
         self.summary_tokens = LedgerEntry(estimated=False)
+        #: What the thrash guard saw in this run (its folds then keep the smaller tail).
+        self.thrash: thrash.Thrash | None = None
+        self.noted = False
 
     def outcome(self, error: CtxfoldError | None = None) -> Outcome:
         return Outcome(
@@ -104,7 +107,7 @@ class Run:
             ctx.committer.telemetry(
                 kind="prepare", trigger=ctx.trigger, action=f"{action.value}:{status.value}",
                 tokens_before=self.tokens, tokens_after=self.tokens,
-                summary_calls=self.summary_calls, detail=reason,
+                summary_calls=self.summary_calls, detail=reason, turn=ctx.turn,
             ),
         )
 
@@ -140,6 +143,7 @@ class Run:
                     tokens_before=self.tokens, tokens_after=new_tokens, saved_tokens=saved,
                     summary_calls=1 if summary_text else 0, detail=checked(reviewed),
                     ledger=ledger,
+                    turn=ctx.turn,
                 ),
                 source_tokens=self.tokens, projection_tokens=new_tokens,
                 summary_hash=summary_hash, view_input_hash=view_hash,
@@ -233,13 +237,54 @@ class Run:
         self.refresh()
         return True
 
+    def plan(self, forced: bool) -> fold.FoldPlan | None:
+        """The fold of the view: with the smaller tail while checkpoints thrash."""
+        ratio = fold.THRASH_TAIL_RATIO if self.thrash is not None else fold.TAIL_RATIO
+        return fold.plan_fold(self.view, self.ctx.window, self.ctx.count, forced=forced,
+                              tail_ratio=ratio)
+
+    def guard(self) -> None:
+        """Before a summary is asked for: raise :class:`SummaryCapError` when it would pass
+        the cap, and say once per run that checkpoints thrash (a ``thrash`` record each)."""
+        ctx = self.ctx
+        committer = ctx.committer
+        error = thrash.over_cap(committer.state.telemetry, now=committer.clock(),
+                                limit=ctx.max_summaries_per_hour, session_id=ctx.session_id)
+        last = committer.state.telemetry[-1] if committer.state.telemetry else None
+        if error is not None:
+            if last is None or (last.kind, last.action) != ("thrash", "cap"):  # once a spell
+                self.note("cap", str(error))
+            raise error
+        if self.thrash is not None and not self.noted:
+            self.noted = True
+            self.note(self.thrash.action, f"{self.thrash.detail}; this checkpoint keeps a "
+                      f"verbatim tail of {fold.THRASH_TAIL_RATIO:.0%} of the window, not "
+                      f"{fold.TAIL_RATIO:.0%}")
+
+    def note(self, action: str, detail: str) -> None:
+        """Record a ``thrash`` telemetry record: what the guard saw and what it did."""
+        ctx = self.ctx
+        projection = ctx.committer.state.projection
+        ctx.committer.note(ctx.committer.telemetry(
+            kind="thrash", trigger=ctx.trigger, action=action, tokens_before=self.tokens,
+            tokens_after=self.tokens, summary_calls=self.summary_calls, detail=detail,
+            projection_version=projection.projection_version if projection else 0,
+            turn=ctx.turn,
+        ))
+
     def fold(
         self, forced: bool, pruned: Pruned | None = None
     ) -> Generator[Step, object, FoldResult]:
         """One summary fold; with ``pruned``, the kept tail is taken from the pruned view (the
         prune is applied inside the checkpoint instead of being installed alone)."""
         ctx = self.ctx
-        plan = fold.plan_fold(self.view, ctx.window, ctx.count, forced=forced)
+        automatic = ctx.trigger != "manual"  # a compaction asked for is never thrash
+        if automatic and self.summary_calls == 0:  # the run's folds after it go on from it
+            self.thrash = thrash.refilled(ctx.committer.state.telemetry, ctx.turn)
+        plan = self.plan(forced)
+        if automatic and plan is not None and self.thrash is None:
+            self.thrash = thrash.same_span(self.view[plan.head:plan.end], ctx.count)
+            plan = self.plan(forced) if self.thrash is not None else plan
         if plan is None:
             if ctx.trigger == "manual":  # asked for, but there is simply nothing to fold
                 self.receipt(ReceiptStatus.NOOP, NOTHING_TO_FOLD, ReceiptAction.NOOP)
@@ -254,6 +299,7 @@ class Run:
         if planned is None:
             self.receipt(ReceiptStatus.BLOCKED, NO_SAFE_PREFIX, ReceiptAction.SUMMARY)
             return FoldResult.REJECTED
+        self.guard()
         captured = ctx.committer.capture(len(self.canonical))
         view_hash = self.input_hash()
         self.summary_calls += 1

@@ -80,6 +80,8 @@ class MaintenanceContext:
     count: Callable[[Message], int]
     #: Pins and the summary check (``None``: a checkpoint is head + summary + tail only).
     review: CheckpointReview | None = None
+    #: ``[checkpoint] max_summaries_per_hour`` (0: no cap; ctxfold.kernel.thrash).
+    max_summaries_per_hour: int = 0
 
     @property
     def hard_ceiling(self) -> int:

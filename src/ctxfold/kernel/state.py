@@ -103,14 +103,16 @@ class Receipt:
 
 @attrs.frozen
 class TelemetryRecord:
-    """One telemetry entry: a prepare that acted, an install, or a resume.
+    """One telemetry entry: a prepare that acted, an install, a resume, or a ``thrash``
+    the guard saw (``action``: ``refill``, ``same-span`` or ``cap``; ``detail`` says what
+    it saw and did; :mod:`ctxfold.kernel.thrash`).
 
     An install record carries its fold's cache :class:`~ctxfold.kernel.ledger.LedgerEntry`
     (``ledger``; ``None`` in older sidecars), completed in memory as requests are sent on
     its view and written with the session's next sidecar write.
     """
 
-    kind: Literal["prepare", "install", "resume"]
+    kind: Literal["prepare", "install", "resume", "thrash"]
     trigger: str = ""
     action: str = ""
     tokens_before: int = 0
@@ -124,6 +126,9 @@ class TelemetryRecord:
     detail: str = ""
     created_at: str = ""
     ledger: LedgerEntry | None = None
+    #: The model turn the record was made in (``None``: not known, an older record); the
+    #: thrash guard measures how soon a checkpoint refilled by it.
+    turn: int | None = None
 
 
 @attrs.frozen

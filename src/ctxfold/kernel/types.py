@@ -30,6 +30,12 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def utc_time(seconds: float) -> str:
+    """``seconds`` since the epoch (a session's clock) in the format of :func:`utc_now`."""
+    return (datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")
+            .replace("+00:00", "Z"))
+
+
 def parse_time(value: str) -> datetime | None:
     """Parse an ISO-8601 timestamp written by :func:`utc_now`; ``None`` when empty/invalid."""
     if not value:

@@ -56,7 +56,7 @@ LEGACY_FIELDS = (
     "native_context_editing_accepted",
     "context_editing_fallback_local",
 )
-_TELEMETRY_KINDS = frozenset(("prepare", "install", "resume"))
+_TELEMETRY_KINDS = frozenset(("prepare", "install", "resume", "thrash"))
 _SETTINGS = frozenset(f.name for f in attrs.fields(SessionSettings))
 
 
