@@ -74,7 +74,10 @@ class CtxfoldPolicy:
         config = attrs.evolve(
             context.config,
             agent=AgentConfig(compact_ratio=setup.compact_ratio),
-            checkpoint=self.checkpoint or context.config.checkpoint,
+            # The replay has no real time (a session's folds land within seconds): the
+            # summaries-per-hour cap would count the whole session as one hour.
+            checkpoint=attrs.evolve(self.checkpoint or context.config.checkpoint,
+                                    max_summaries_per_hour=0),
             summarizer=SummarizerConfig(name="extractive"),
             store=attrs.evolve(context.config.store, name="fs",
                                path=str(setup.workdir / f"{self.name}-store")),
