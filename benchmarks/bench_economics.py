@@ -19,7 +19,8 @@ The table of each window and profile compares every row with the **cheapest peer
 completes every session** there (the issue-27 bar: ctxfold at ≤ 0.90× its cost with
 continuation and far facts ≥ its own): cost ratio, then continuation and far facts of both.
 
-A *variant* sets one of ctxfold's maintenance constants in its worker process only:
+A *variant* changes some of ctxfold's maintenance settings, in its worker process only
+(:data:`DEFAULTS` are the engine's, which a test keeps equal to the code):
 
 * ``prune``: :data:`ctxfold.kernel.maintenance.PRUNE_ALONE_RATIO`, below which share of the
   window a pressure prune is installed alone; above it the prune goes inside the checkpoint;
@@ -29,7 +30,12 @@ A *variant* sets one of ctxfold's maintenance constants in its worker process on
 * ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's verbatim facts
   list as a multiple of the briefing length (``0``: nothing repaired);
 * ``head``: :data:`ctxfold.kernel.fold.HEAD_PIN_RATIO`, the share of the window a long task
-  statement is clipped to in the checkpoint head.
+  statement is clipped to in the checkpoint head;
+* ``ratio``: ``compact_ratio``, the trigger's share of the input budget;
+* ``bound``: a factor on the bound tool results get at creation
+  (:data:`ctxfold.capabilities.bounding.TOOL_CONTENT_BOUND` and the per-tool head/tail);
+* ``offer``: when ``use_capability`` rides along — ``auto`` (the engine's rule: once the view
+  holds a checkpoint or a bounded result), ``always`` (from the first request), ``never``.
 
 ``default`` is the engine as shipped (it runs in the same replay as the peers). ``--no-write``
 leaves ``docs/performance.md`` alone.
@@ -55,39 +61,70 @@ PEERS = ("pydantic-ai-harness", "langchain-summarization")
 #: The bar of issue 27: ctxfold's cost at most this share of the cheapest completing peer's.
 BAR = 0.90
 
-Variant = tuple[float, float, float, float, float]
+Variant = dict[str, Any]
 
-#: name -> (prune-alone ratio, tail ratio, briefing share of the window (0 = none asked),
-#: facts multiple of the briefing (0 = nothing repaired), the task statement's pinned share)
+#: The engine's settings as shipped (tests/replay/test_economics_variants.py keeps them equal
+#: to the code).
+DEFAULTS: Variant = {"prune": 0.50, "tail": 0.05, "briefing": 1 / 48, "facts": 2, "head": 0.08,
+                     "ratio": 0.80, "bound": 1.0, "offer": "auto"}
+
+#: name -> what it changes from :data:`DEFAULTS`.
 VARIANTS: dict[str, Variant] = {
-    "default": (0.50, 0.05, 1 / 48, 2, 0.08),
-    "seed": (1.00, 0.16, 0.0, 0.0, 0.08),
-    "tail-0.10": (0.50, 0.10, 1 / 48, 2, 0.08),
-    "tail-0.03": (0.50, 0.03, 1 / 48, 2, 0.08),
-    "briefing-1/32": (0.50, 0.05, 1 / 32, 2, 0.08),
-    "briefing-1/64": (0.50, 0.05, 1 / 64, 2, 0.08),
-    "facts-1": (0.50, 0.05, 1 / 48, 1, 0.08),
-    "check-off": (0.50, 0.05, 1 / 48, 0.0, 0.08),
-    "prune-alone-0.8": (1.00, 0.05, 1 / 48, 2, 0.08),
-    "head-0.04": (0.50, 0.05, 1 / 48, 2, 0.04),
+    "default": {},
+    "seed": {"prune": 1.00, "tail": 0.16, "briefing": 0.0, "facts": 0.0},
+    "tail-0.10": {"tail": 0.10},
+    "tail-0.03": {"tail": 0.03},
+    "briefing-1/32": {"briefing": 1 / 32},
+    "briefing-1/64": {"briefing": 1 / 64},
+    "facts-1": {"facts": 1},
+    "check-off": {"facts": 0.0},
+    "prune-alone-0.8": {"prune": 1.00},
+    "prune-never-alone": {"prune": 0.0},
+    "head-0.04": {"head": 0.04},
+    "ratio-0.85": {"ratio": 0.85},
+    "ratio-0.90": {"ratio": 0.90},
+    "bound-0.5": {"bound": 0.5},
+    "offer-always": {"offer": "always"},
+    "offer-never": {"offer": "never"},
+    "bound-0.5+offer-always": {"bound": 0.5, "offer": "always"},
+    "check-off+offer-always": {"facts": 0.0, "offer": "always"},
 }
 
 
-def _apply(variant: Variant) -> None:
-    """Set a variant's constants in this (worker) process."""
-    from ctxfold.engine import review
+def _apply(variant: Variant) -> float:
+    """Set a variant's settings in this (worker) process; its ``compact_ratio``."""
+    from ctxfold.capabilities import bounding
+    from ctxfold.engine import offer, review
     from ctxfold.kernel import checkpoint, fold, maintenance, summary
 
-    prune, tail, briefing, facts, head = variant
-    review.FACTS_SHARE = facts
-    fold.HEAD_PIN_RATIO = head
-    maintenance.PRUNE_ALONE_RATIO = prune
-    fold.TAIL_RATIO = tail
-    if briefing:
-        summary.BRIEFING_RATIO = briefing
+    v = {**DEFAULTS, **variant}
+    review.FACTS_SHARE = v["facts"]
+    fold.HEAD_PIN_RATIO = v["head"]
+    maintenance.PRUNE_ALONE_RATIO = v["prune"]
+    fold.TAIL_RATIO = v["tail"]
+    if v["briefing"]:
+        summary.BRIEFING_RATIO = v["briefing"]
         checkpoint.briefing_tokens = summary.briefing_tokens
     else:
         checkpoint.briefing_tokens = lambda _window: 0
+    if v["bound"] != 1.0:
+        f = v["bound"]
+        bounding.TOOL_CONTENT_BOUND = int(bounding.TOOL_CONTENT_BOUND * f)
+        bounding._CLASS_BUDGETS = tuple((names, (int(h * f), int(t * f)))
+                                        for names, (h, t) in bounding._CLASS_BUDGETS)
+        bounding.DEFAULT_BUDGET = (int(bounding.DEFAULT_BUDGET[0] * f),
+                                   int(bounding.DEFAULT_BUDGET[1] * f))
+    if v["offer"] != "auto":
+        always = v["offer"] == "always"
+        original = offer.CapabilityOffer.offers
+
+        def offers(self: Any, projection: Any, canonical: Any) -> bool:
+            if self.offered is self.tools:  # the host's own tool list: unchanged
+                return bool(original(self, projection, canonical))
+            return always
+
+        offer.CapabilityOffer.offers = offers  # type: ignore[method-assign]
+    return float(v["ratio"])
 
 
 Job = tuple[str, Sequence[str], int, str, Sequence[str], Variant | None]
@@ -102,13 +139,13 @@ def _run(job: Job) -> tuple[str, int, str, dict[str, dict[str, Any]]]:
     from ctxfold.replay.report_json import policy_json
 
     label, paths, window, profile, policies, variant = job
-    if variant is not None:
-        _apply(variant)
+    ratio = _apply(variant) if variant is not None else DEFAULTS["ratio"]
     config = Config()
     registry = Registry.from_config(config)
     sessions = [import_session(p, registry, None, config=config) for p in paths]
     results = replay_sessions(
-        sessions, ReplaySettings(window=window, profile=profile, policies=tuple(policies)),
+        sessions, ReplaySettings(window=window, compact_ratio=ratio, profile=profile,
+                                 policies=tuple(policies)),
         registry=registry, config=config)
     by_policy: dict[str, dict[str, Any]] = {}
     for s in results:

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import pytest
-from benchmarks.bench_economics import VARIANTS
+from benchmarks.bench_economics import DEFAULTS, VARIANTS
 
 from ctxfold.engine import review
 from ctxfold.kernel import fold, maintenance, summary
 
 
-def test_the_default_variant_is_the_engine_s_defaults() -> None:
-    assert VARIANTS["default"] == (maintenance.PRUNE_ALONE_RATIO, fold.TAIL_RATIO,
-                                   summary.BRIEFING_RATIO, review.FACTS_SHARE,
-                                   fold.HEAD_PIN_RATIO)
+def test_the_defaults_are_the_engine_s() -> None:
+    from ctxfold.capabilities import bounding
+    from ctxfold.kernel.config import AgentConfig
+
+    assert {"prune": maintenance.PRUNE_ALONE_RATIO, "tail": fold.TAIL_RATIO,
+                        "briefing": summary.BRIEFING_RATIO, "facts": review.FACTS_SHARE,
+                        "head": fold.HEAD_PIN_RATIO, "ratio": AgentConfig().compact_ratio,
+                        "bound": 1.0, "offer": "auto"} == DEFAULTS
+    assert bounding.TOOL_CONTENT_BOUND == 32768  # what ``bound`` scales
 
 
-def test_every_other_variant_differs_from_the_defaults() -> None:
-    default = VARIANTS["default"]
-    assert all(values != default for name, values in VARIANTS.items() if name != "default")
+def test_every_variant_changes_a_known_setting_to_another_value() -> None:
+    assert VARIANTS["default"] == {}
+    for name, changes in VARIANTS.items():
+        assert set(changes) <= set(DEFAULTS), name
+        assert all(DEFAULTS[k] != v for k, v in changes.items()), name
 
 
 def _row(cost: float, kept: int, far_kept: int, failed: bool = False) -> dict[str, object]:

@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
                         help="policies to replay (default: all available)")
     parser.add_argument("--profile", default=None, metavar="NAME",
                         help="price profile: deepseek-flash (default), deepseek-v4-pro, mimo, "
-                             "openai")
+                             "openai, anthropic-sonnet, anthropic-haiku")
     parser.add_argument("--window", type=int, default=None, metavar="N",
                         help="context window in tokens (default: the --profile's window, "
                              "e.g. 1048576 for deepseek-flash, 400000 for openai; --demo: "
