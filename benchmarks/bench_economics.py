@@ -34,6 +34,11 @@ A *variant* changes some of ctxfold's maintenance settings, in its worker proces
 * ``ratio``: ``compact_ratio``, the trigger's share of the input budget;
 * ``bound``: a factor on the bound tool results get at creation
   (:data:`ctxfold.capabilities.bounding.TOOL_CONTENT_BOUND` and the per-tool head/tail);
+* ``cap``: the summary request's output cap as a multiple of the briefing length, at least
+  1,024 tokens and never above the engine's rule (``0``: the rule,
+  :func:`ctxfold.kernel.summary.summary_output_cap`, a quarter of the window up to 8,192) —
+  the room a summary request leaves for its answer decides how much of the fold region it
+  can hold;
 * ``offer``: when ``use_capability`` rides along — ``auto`` (the engine's rule: once the view
   holds a checkpoint or a bounded result), ``always`` (from the first request), ``never``.
 
@@ -66,7 +71,7 @@ Variant = dict[str, Any]
 #: The engine's settings as shipped (tests/replay/test_economics_variants.py keeps them equal
 #: to the code).
 DEFAULTS: Variant = {"prune": 0.50, "tail": 0.05, "briefing": 1 / 48, "facts": 2, "head": 0.08,
-                     "ratio": 0.80, "bound": 1.0, "offer": "auto"}
+                     "ratio": 0.80, "bound": 1.0, "offer": "auto", "cap": 0}
 
 #: name -> what it changes from :data:`DEFAULTS`.
 VARIANTS: dict[str, Variant] = {
@@ -84,6 +89,8 @@ VARIANTS: dict[str, Variant] = {
     "ratio-0.85": {"ratio": 0.85},
     "ratio-0.90": {"ratio": 0.90},
     "bound-0.5": {"bound": 0.5},
+    "cap-4x": {"cap": 4},
+    "cap-3x": {"cap": 3},
     "offer-always": {"offer": "always"},
     "offer-never": {"offer": "never"},
     "bound-0.5+offer-always": {"bound": 0.5, "offer": "always"},
@@ -114,6 +121,14 @@ def _apply(variant: Variant) -> float:
                                         for names, (h, t) in bounding._CLASS_BUDGETS)
         bounding.DEFAULT_BUDGET = (int(bounding.DEFAULT_BUDGET[0] * f),
                                    int(bounding.DEFAULT_BUDGET[1] * f))
+    if v["cap"]:
+        rule, multiple = summary.summary_output_cap, v["cap"]
+
+        def cap(window: int) -> int:
+            return min(rule(window), max(1024, int(multiple * summary.briefing_tokens(window))))
+
+        summary.summary_output_cap = cap
+        checkpoint.summary_output_cap = cap
     if v["offer"] != "auto":
         always = v["offer"] == "always"
         original = offer.CapabilityOffer.offers
@@ -281,7 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs += [(n, paths, w, p, ["ctxfold"], VARIANTS[n])
              for w in windows for p in profiles for n in names if n != "default"]
     runs: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    # One job per worker process: a variant patches module constants, which must not leak
+    # into the next job.
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs), max_tasks_per_child=1) as pool:
         for label, window, profile, result in pool.map(_run, jobs):
             runs.setdefault((window, profile), {}).update(result)
             print(f"done: {label} at {window:,}, {profile}", file=sys.stderr)

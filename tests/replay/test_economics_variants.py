@@ -16,7 +16,7 @@ def test_the_defaults_are_the_engine_s() -> None:
     assert {"prune": maintenance.PRUNE_ALONE_RATIO, "tail": fold.TAIL_RATIO,
                         "briefing": summary.BRIEFING_RATIO, "facts": review.FACTS_SHARE,
                         "head": fold.HEAD_PIN_RATIO, "ratio": AgentConfig().compact_ratio,
-                        "bound": 1.0, "offer": "auto"} == DEFAULTS
+                        "bound": 1.0, "offer": "auto", "cap": 0} == DEFAULTS
     assert bounding.TOOL_CONTENT_BOUND == 32768  # what ``bound`` scales
 
 
