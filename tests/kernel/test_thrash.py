@@ -261,3 +261,35 @@ def test_a_long_session_that_does_not_thrash_records_no_thrash_and_hits_no_cap(
         cm.prepare()
     assert len(summarizer.requests) >= 4
     assert not [r for r in cm.state.telemetry if r.kind == "thrash"]
+
+
+def test_a_thrash_note_that_loses_to_another_process_leaves_its_checkpoint_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Process A refills within a few turns; process B installs a checkpoint just as A's guard
+    # notes the thrash. A's note adopts B's sidecar, so A's install must be stale, never a
+    # checkpoint built from A's older view over B's.
+    from tests.engine.test_manager import rounds, seed
+
+    config = make_config(tmp_path, window=30_000, ratio=0.5)
+    a = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
+    seed(a)
+    rounds(a, 40, 1_500)
+    assert a.prepare().action is PrepareAction.SUMMARY
+    for i in range(3):
+        a.append(Message(role="user", content=" ".join(f"w{i}x{j}" for j in range(3000))),
+                 Message(role="assistant", content="ok"))
+    b = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
+    refilled = thrash.refilled
+    raced: list[int] = []
+
+    def racing(telemetry: Any, turn: int) -> Any:
+        seen = refilled(telemetry, turn)
+        if seen is not None and not raced:
+            b.compact("B's checkpoint")
+            raced.append(b.state.projection.projection_version)
+        return seen
+
+    monkeypatch.setattr(thrash, "refilled", racing)
+    assert a.prepare().action is not PrepareAction.SUMMARY
+    stored = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
+    assert raced and stored.state.projection.projection_version == raced[0]  # B's stands

@@ -299,8 +299,10 @@ class Run:
         if planned is None:
             self.receipt(ReceiptStatus.BLOCKED, NO_SAFE_PREFIX, ReceiptAction.SUMMARY)
             return FoldResult.REJECTED
-        self.guard()
+        # Captured before the guard's note: a note that loses its compare-and-swap adopts
+        # another process's commit, which the install's check must then see as stale.
         captured = ctx.committer.capture(len(self.canonical))
+        self.guard()
         view_hash = self.input_hash()
         self.summary_calls += 1
         if ctx.trigger != "manual":  # one turn never pays two automatic summaries
