@@ -169,3 +169,40 @@ def test_the_fold_focus_joins_keep_and_reason_on_single_lines() -> None:
     request = session_budget.fold_request({"reason": "done\nwith 1", "keep": " a  b "})
     assert request.focus == "a b\n(The agent asked for this fold: done with 1)"
     assert session_budget.fold_request({}).focus is None
+
+
+def _fold_ledger(cm: Any) -> Any:
+    return [t for t in cm.state.telemetry if t.kind == "install"][-1].ledger
+
+
+def test_a_model_fold_is_measured_by_the_first_request_sent_on_it(tmp_path: Any) -> None:
+    """The proxy answers the fold before it observes the usage of the request that asked
+    for it: that usage is the old view's, not the fold's first request."""
+    from tests.conftest import make_config
+
+    from ctxfold.engine.opening import open_session
+    from ctxfold.kernel.types import Usage
+
+    cm = open_session("s", config=make_config(tmp_path, window=20_000, ratio=0.5),
+                      summarizer=RecordingSummarizer())
+    cm.append(Message(role="system", content="sys"))
+    task(cm, 1, 4)
+    task(cm, 2, 4)
+    cm.append(Message(role="user", content="Task 3"))
+    cm.prepare()  # sent: its answer asks for the fold
+    tc = ToolCall(id="cap", name="use_capability", arguments=json.dumps(call("session:fold")))
+    answer = cm.use_capability(json.loads(tc.arguments))
+    assert json.loads(answer)["folded"] is True
+    cm.append(Message(role="assistant", tool_calls=(tc,)),
+              Message(role="tool", tool_call_id="cap", content=answer))
+    cm.observe_usage(Usage(prompt_tokens=6700, completion_tokens=30, cache_hit_tokens=6500,
+                           cache_miss_tokens=200))  # the request before the fold
+    entry = _fold_ledger(cm)
+    assert entry.requests == 0 and entry.estimated  # not measured by the old view's usage
+    sent = cm.prepare()
+    cm.observe_usage(Usage(prompt_tokens=sent.tokens, completion_tokens=10,
+                           cache_hit_tokens=100, cache_miss_tokens=sent.tokens - 100))
+    entry = _fold_ledger(cm)
+    assert (entry.requests, entry.estimated, entry.read) == (1, False, 100)
+    cm.prepare()
+    assert _fold_ledger(cm).requests == 2

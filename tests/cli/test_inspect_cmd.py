@@ -242,27 +242,28 @@ def test_the_cache_ledger_in_tokens_and_priced(root: Path,
     assert code == 0 and ledger["profile"] is None
     (entry,) = ledger["entries"]
     # A manual checkpoint by the extractive summarizer (no model: no summary tokens), no
-    # provider usage observed (estimated), the one prepare that installed it.
+    # provider usage observed (estimated), no request sent on it yet (a manual compaction's
+    # own prepared request is not counted: the host need not send it).
     assert (entry["projection_version"], entry["action"], entry["trigger"]) == (
         1, "summary", "manual")
-    assert (entry["estimated"], entry["requests"], entry["summary_input"]) == (True, 1, 0)
+    assert (entry["estimated"], entry["requests"], entry["summary_input"]) == (True, 0, 0)
     assert entry["rewritten"] == max(entry["invalidated"] - entry["saved_per_request"], 0)
     assert entry["net_saving_usd"] is None and ledger["total"]["net_saving_usd"] is None
     total = ledger["total"]
-    assert (total["folds"], total["estimated"], total["requests"]) == (1, 1, 1)
-    assert total["not_sent"] == entry["saved_per_request"] > 0
+    assert (total["folds"], total["estimated"], total["requests"]) == (1, 1, 0)
+    assert total["not_sent"] == 0 < entry["saved_per_request"]
 
     code, out, _ = run(capsys, "inspect", "s", "--json", "--profile", "deepseek-flash")
     priced = json.loads(out)["ledger"]
-    # hit 0.003, miss 0.15 USD per 1M: one request's saving at the hit price, less the
-    # re-written tokens at the miss-minus-hit premium.
+    # hit 0.003, miss 0.15 USD per 1M: the requests' saving at the hit price (none sent yet),
+    # less the re-written tokens at the miss-minus-hit premium.
     expected = (entry["not_sent"] * 0.003 - entry["rewritten"] * 0.147) / 1e6
     assert priced["total"]["net_saving_usd"] == pytest.approx(expected, abs=1e-8)
     assert priced["entries"][0]["net_saving_usd"] == priced["total"]["net_saving_usd"]
     assert priced["total"]["summary_usd"] == 0
 
     code, text, _ = run(capsys, "inspect", "s", "--profile", "deepseek-flash")
-    assert "cache ledger: 1 folds (1 estimated), 1 requests" in text
+    assert "cache ledger: 1 folds (1 estimated), 0 requests" in text
     assert "net saving vs not folding at deepseek-flash prices: $" in text
     code, _, err = run(capsys, "inspect", "s", "--profile", "nope")
     assert code != 0 and "unknown replay profile 'nope'" in err and "deepseek-flash" in err

@@ -276,9 +276,11 @@ class ContextManager:
         self._sync()
         return self._canonical
 
-    def _apply(self, outcome: Outcome, tools: tuple[ToolSchema, ...]) -> PreparedRequest:
+    def _apply(self, outcome: Outcome, tools: tuple[ToolSchema, ...],
+               trigger: Trigger) -> PreparedRequest:
         """Take over what a maintenance run (estimated with ``tools``) ended with, then raise
-        its error if any."""
+        its error if any. A prepared request is one more request on the view's ledger entry,
+        unless a manual compaction made it (the host need not send that one)."""
         self._latches = outcome.latches
         self.summary_calls += outcome.summary_calls
         sent = self.request_tools()
@@ -295,9 +297,8 @@ class ContextManager:
               self._watch.revision)
         if outcome.error is not None:
             raise outcome.error
-        if prepared.action not in (PrepareAction.PRUNE, PrepareAction.SUMMARY):
-            self._committer.count_request()  # one more request on the view (an install
-            # counted its first itself, in the sidecar it wrote)
+        if trigger != "manual":
+            self._committer.count_request()
         hooks = self._committer.hooks
         if hooks is not None and prepared.action is not PrepareAction.NONE:  # below: no event
             hooks.ctxfold_after_prepare(session_id=self.session_id, messages=prepared.messages,
@@ -311,7 +312,7 @@ class ContextManager:
             tools = self.request_tools()
             outcome = driving.drive(self._maintenance(trigger, focus, tools),
                                     self.summarizer.summarize, self._reread)
-            return self._apply(outcome, tools)
+            return self._apply(outcome, tools, trigger)
 
     def compact(self, focus: str | None = None) -> PreparedRequest:
         """Manual checkpoint (``/compact [focus]``)."""
@@ -330,7 +331,7 @@ class ContextManager:
             outcome = await driving.adrive(
                 steps, lambda request: asummarize(self.summarizer, request), self._reread)
             with self._lock:
-                return self._apply(outcome, tools)
+                return self._apply(outcome, tools, trigger)
 
     async def acompact(self, focus: str | None = None) -> PreparedRequest:
         """:meth:`compact` for an event loop."""
@@ -346,9 +347,10 @@ class ContextManager:
         observed, why = usage_from(usage)
         if observed is None:
             return UsageObservation(False, f"ignored: {why}")
-        self.last_usage = observed
-        self._committer.observe_cache(observed)
-        return calibrate(self.estimator, self._last_shape, observed)
+        with self._lock:  # the ledger's update must not undo a concurrent install
+            self.last_usage = observed
+            self._committer.observe_cache(observed)
+            return calibrate(self.estimator, self._last_shape, observed)
 
     def set_model(self, model: str) -> None:
         """Switch model: calibration is a property of the tokenizer, so it is reset."""

@@ -254,7 +254,7 @@ class Committer:
             return
         self.cached_tokens = usage.prompt_tokens + usage.completion_tokens
         entry = self._open_ledger()
-        if entry is not None and entry.estimated and entry.requests <= 1:
+        if entry is not None and entry.estimated and entry.requests == 1:  # its first
             cached = entry.read + entry.invalidated  # as estimated at the install
             self._set_ledger(attrs.evolve(
                 entry, read=usage.cache_hit_tokens, written=usage.cache_miss_tokens,

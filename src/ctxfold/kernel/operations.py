@@ -177,7 +177,7 @@ class Run:
         read = min(self.shared(self.view, candidate), cached)
         return attrs.evolve(self.summary_tokens, read=read, written=self.tokens - saved - read,
                             invalidated=cached - read, saved_per_request=saved,
-                            requests=1, estimated=True)  # the request this prepare returns
+                            requests=0, estimated=True)  # counted as they are sent
 
     def tally(self, request: SummaryRequest, answer: object) -> None:
         """Add one summary request to the ledger: its reported usage, else an estimate."""
