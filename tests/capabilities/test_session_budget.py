@@ -206,3 +206,38 @@ def test_a_model_fold_is_measured_by_the_first_request_sent_on_it(tmp_path: Any)
     assert (entry.requests, entry.estimated, entry.read) == (1, False, 100)
     cm.prepare()
     assert _fold_ledger(cm).requests == 2
+
+
+def test_a_model_cannot_fold_its_own_summary_again_and_again(tmp_path: Any) -> None:
+    """A low ratio makes the checkpoint itself over half the trigger: without the growth rule
+    every call re-summarised the last summary (38 summaries in 60 calls)."""
+    from tests.conftest import make_config
+
+    from ctxfold.engine.opening import open_session
+    from ctxfold.kernel.types import SummaryResult
+
+    calls: list[int] = []
+
+    class Verbose:
+        def summarize(self, request: Any) -> SummaryResult:
+            calls.append(1)
+            return SummaryResult(text="## Goal\n- " + " ".join(
+                f"fact{i}-{len(calls)}" for i in range(900)))
+
+    cm = open_session("s", config=make_config(tmp_path, window=20_000, ratio=0.3),
+                      summarizer=Verbose())
+    cm.append(Message(role="system", content="You are a coding agent."))
+    task(cm, 1, 4)
+    task(cm, 2, 4)
+    answers = []
+    for k in range(10):
+        tc = ToolCall(id=f"cap{k}", name="use_capability",
+                      arguments=json.dumps(call("session:fold")))
+        cm.append(Message(role="assistant", tool_calls=(tc,)))
+        reply = cm.answer(tc)
+        assert reply is not None
+        answers.append(json.loads(reply["content"]))
+        cm.append(reply)
+    assert len(calls) == 1 and answers[0]["folded"] is True
+    assert all(not a["folded"] and "since the last checkpoint" in a["why"]
+               for a in answers[1:])

@@ -16,8 +16,10 @@ and nothing here reads the store or calls a summarizer itself.
   ``manual`` — with ``keep`` (and the reason) as the summary's focus, and answers what it
   folded (tokens before and after) or why nothing was. A fold costs a summary request and
   breaks the cached prefix once, so it is refused while the view is under
-  :data:`FOLD_MIN_SHARE` of the trigger: the model cannot burn summaries on a small view,
-  and after a fold it must grow again before the next one is accepted.
+  :data:`FOLD_MIN_SHARE` of the trigger, and while it has grown by less than
+  :data:`FOLD_MIN_GROWTH` of the trigger since the last checkpoint: the model cannot burn
+  summaries on a small view, nor re-summarise a summary (the checkpoint itself can be over
+  half the trigger when the ratio is low).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ FOLD_ID = "session:fold"
 #: summary request and the cache break cost more than the tokens the fold gives back before
 #: the trigger would fold anyway (docs/api.md, "Budget and manual fold").
 FOLD_MIN_SHARE = 0.5
+#: ... and only once the view has grown by this share of the trigger since the last
+#: checkpoint: folding the previous summary again buys nothing.
+FOLD_MIN_GROWTH = 0.25
 #: Longest ``reason`` / ``keep`` note (characters).
 NOTE_MAX = 500
 #: Longest ``why`` an answer carries (a receipt's reason, a summarizer's error).
@@ -56,6 +61,8 @@ class Budget:
     messages: int
     folded_messages: int
     reported_prompt_tokens: int | None = None
+    #: Tokens the view grew by since the last checkpoint (``None``: none installed).
+    grown: int | None = None
 
     @property
     def tokens_left(self) -> int:
@@ -195,6 +202,15 @@ def fold_request(arguments: Mapping[str, Any]) -> FoldRequest:
 
 def refusal(budget: Budget) -> str | None:
     """The answer when a fold would not be worth its summary now, else ``None``."""
+    growth = math.ceil(budget.trigger_tokens * FOLD_MIN_GROWTH)
+    if budget.grown is not None and budget.grown < growth:
+        return _dumps({
+            "folded": False, "tokens_before": budget.prompt_tokens,
+            "trigger_tokens": budget.trigger_tokens,
+            "why": (f"the prompt grew by {budget.grown} tokens since the last checkpoint, "
+                    f"under {FOLD_MIN_GROWTH:g} × the trigger ({growth}): a fold now would "
+                    "mostly summarise that checkpoint again; go on"),
+        })
     if budget.prompt_tokens >= budget.fold_min_tokens:
         return None
     return _dumps({

@@ -398,6 +398,9 @@ class ContextManager:
             projection = state.projection
             folded = projection is not None and any(is_summary_message(m)
                                                     for m in projection.messages)
+            last = next((t for t in reversed(state.telemetry) if t.kind == "install"
+                         and t.action == "summary" and projection is not None
+                         and t.projection_version == projection.projection_version), None)
             return Budget(
                 window=self.window, input_budget=self.hard_ceiling,
                 trigger_tokens=self.trigger_tokens,
@@ -408,7 +411,8 @@ class ContextManager:
                 messages=len(self._canonical),
                 folded_messages=projection.covered_count if folded and projection else 0,
                 reported_prompt_tokens=self.last_usage.prompt_tokens if self.last_usage
-                else None)
+                else None,
+                grown=None if last is None else max(tokens - last.tokens_after, 0))
 
     def _folded(self, action: str, why: str = "") -> Folded:
         after = self._budget()
