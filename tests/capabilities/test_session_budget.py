@@ -241,3 +241,32 @@ def test_a_model_cannot_fold_its_own_summary_again_and_again(tmp_path: Any) -> N
     assert len(calls) == 1 and answers[0]["folded"] is True
     assert all(not a["folded"] and "since the last checkpoint" in a["why"]
                for a in answers[1:])
+
+
+def test_an_error_in_the_fold_itself_is_raised_not_blamed_on_the_model(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.conftest import make_config
+
+    from ctxfold.engine.opening import open_session
+
+    cm = open_session("s", config=make_config(tmp_path, window=20_000, ratio=0.5),
+                      summarizer=RecordingSummarizer())
+    cm.append(Message(role="system", content="sys"))
+    task(cm, 1, 4)
+    task(cm, 2, 4)
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise ValueError("a hook broke")
+
+    monkeypatch.setattr(cm, "compact", broken)
+    monkeypatch.setattr(cm, "acompact", broken)
+    tc = ToolCall(id="cap", name="use_capability", arguments=json.dumps(call("session:fold")))
+    with pytest.raises(ValueError, match="a hook broke"):
+        cm.answer(tc)
+    with pytest.raises(ValueError, match="a hook broke"):
+        asyncio.run(cm.aanswer(tc))
+    # the model's own bad input is still answered as text
+    bad = ToolCall(id="bad", name="use_capability",
+                   arguments=json.dumps(call("session:fold", keep=5)))
+    reply = cm.answer(bad)
+    assert reply is not None and reply["content"].startswith("error: ")

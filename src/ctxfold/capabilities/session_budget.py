@@ -234,10 +234,21 @@ def fold_answer(before: Budget, folded: Folded) -> str:
     return _dumps(answer)
 
 
-def call_fold(session: SessionControl, arguments: Mapping[str, Any]) -> str:
+def check_fold(session: SessionControl,
+               arguments: Mapping[str, Any]) -> tuple[FoldRequest, Budget] | str:
+    """A ``session:fold`` call checked: the request and the budget before it, or the refusal
+    to answer. Only this part judges the model's input; the fold that follows runs outside
+    :func:`~ctxfold.capabilities.tool.answering`, so a store's or a hook's error is raised as
+    itself, never answered as the model's bad arguments (sync and async alike)."""
     request = fold_request(arguments)
     before = session.budget()
     refused = refusal(before)
-    if refused is not None:
-        return refused
+    return refused if refused is not None else (request, before)
+
+
+def call_fold(session: SessionControl, arguments: Mapping[str, Any]) -> str:
+    checked = check_fold(session, arguments)
+    if isinstance(checked, str):
+        return checked
+    request, before = checked
     return fold_answer(before, session.fold(request))

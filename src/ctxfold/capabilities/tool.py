@@ -137,6 +137,8 @@ def handle_use_capability(messages: Sequence[Message], arguments: Any,
     not invalid JSON, not a 5,000-digit number. ``session`` answers ``session:budget`` and
     ``session:fold`` (without one, those answer an error).
     """
+    fold: list[tuple[session_budget.FoldRequest, session_budget.Budget]] = []
+
     def run() -> str:
         parsed = parse_call(arguments)
         if parsed is None:
@@ -147,9 +149,19 @@ def handle_use_capability(messages: Sequence[Message], arguments: Any,
         if session is None:
             raise ToolResultError(f"{capability_id} needs a live session; answer it with "
                                   "ContextManager.use_capability")
+        if capability_id == session_budget.FOLD_ID:
+            checked = session_budget.check_fold(session, inner)
+            if isinstance(checked, str):
+                return checked
+            fold.append(checked)
+            return ""
         return SESSION_CAPABILITIES[capability_id][1](session, inner)
 
-    return answering(run)
+    text = answering(run)
+    if fold and session is not None:  # checked: the fold itself is not the model's input
+        request, before = fold[0]
+        return session_budget.fold_answer(before, session.fold(request))
+    return text
 
 
 def with_capability_tool(tools: tuple[ToolSchema, ...]) -> tuple[ToolSchema, ...]:

@@ -438,12 +438,11 @@ class ContextManager:
         def check() -> str:
             parsed = parse_call(arguments)
             assert parsed is not None  # requested_capability() said session:fold
-            request = session_budget.fold_request(parsed[1])
-            before = self._budget()
-            refused = session_budget.refusal(before)
-            if refused is None:
-                checked.append((request, before))
-            return refused or ""
+            outcome = session_budget.check_fold(_Control(self), parsed[1])
+            if isinstance(outcome, str):
+                return outcome
+            checked.append(outcome)
+            return ""
 
         text = await asyncio.to_thread(answering, check)
         if not checked:  # refused, or the model's bad arguments
