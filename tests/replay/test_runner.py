@@ -529,3 +529,16 @@ def test_each_fold_has_a_cache_ledger_that_adds_up(demo_results: list[Any]) -> N
         "summary_usd"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
+
+
+def test_under_a_write_fee_the_ledger_prices_summaries_as_they_are_billed(
+        registry: Registry) -> None:
+    """Anthropic bills uncached input as a cache write: the ledger's summary cost must be the
+    biller's (its cost breakdown), not the base-price figure."""
+    settings = ReplaySettings(window=DEMO_WINDOW, profile="anthropic-sonnet",
+                              policies=("ctxfold",))
+    (session,) = replay_sessions([demo_session()], settings, registry=registry)
+    result = session.policies["ctxfold"]
+    billed = result.breakdown.summary_input_usd + result.breakdown.summary_output_usd
+    assert result.ledger.folds > 0 and billed > 0
+    assert result.ledger.summary_usd == pytest.approx(billed, rel=1e-6)

@@ -48,7 +48,8 @@ def register(subparsers: Any) -> None:
                         "message in full")
     parser.add_argument("--profile", metavar="NAME", default=None,
                         help="price the cache ledger's net saving in USD with this replay "
-                        "price profile (deepseek-flash, deepseek-v4-pro, mimo, openai); "
+                        "price profile (deepseek-flash, deepseek-v4-pro, mimo, openai, "
+                        "anthropic-sonnet, anthropic-haiku); "
                         "without it the ledger is in tokens only")
     add_root_flag(parser)
     add_config_flag(parser, "provider.context_window", "--window",
@@ -222,7 +223,7 @@ def ledger(state: SidecarState, profile: str | None) -> dict[str, Any]:
     from ctxfold.replay.pricing import get_price
 
     price = None if profile is None else get_price(profile)
-    prices = None if price is None else (price.hit, price.miss, price.output)
+    prices = None if price is None else (price.hit, price.uncached, price.output)
     entries = []
     for record in state.telemetry:
         if record.kind == "install" and record.ledger is not None:

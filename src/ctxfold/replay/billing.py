@@ -167,5 +167,5 @@ def unlimited_cost(messages: Sequence[Message], tools: Sequence[ToolSchema],
         hits += prompt - new
         output = len(encode_segments(tokens, [assistant_body(message)]))
         outputs += output
-        reusable = prompt + output
+        reusable = prompt + (output if price.caches_replies else 0)
     return price.cost(hits, misses, outputs)

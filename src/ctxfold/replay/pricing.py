@@ -77,11 +77,22 @@ class Price:
         minimum = self.cache.min_tokens if self.cache else 0
         return self.write if self.write is not None and prompt_tokens >= minimum else self.miss
 
+    @property
+    def uncached(self) -> float:
+        """USD per 1M uncached input tokens of a cacheable prompt (written to the cache where
+        writes are billed): what re-sending a prefix after a fold costs."""
+        return self.write if self.write is not None else self.miss
+
+    @property
+    def caches_replies(self) -> bool:
+        """Whether a request's reply is cached with it (not under Anthropic's breakpoints:
+        the next request writes it)."""
+        return self.cache is None or self.cache.policy != "breakpoints"
+
     def cost(self, hit_tokens: int, miss_tokens: int, output_tokens: int) -> float:
         """The USD cost of one request (or a sum of requests), uncached input billed as
         written to the cache where the provider bills writes."""
-        miss = self.write if self.write is not None else self.miss
-        return (hit_tokens * self.hit + miss_tokens * miss
+        return (hit_tokens * self.hit + miss_tokens * self.uncached
                 + output_tokens * self.output) / 1_000_000
 
 

@@ -197,16 +197,17 @@ class _Track:
         before, prompt, output = self.last
         new = without_reasoning(self.messages[before + 1:index])
         unfolded = prompt + output + self.biller.estimator.estimate(RequestShape(list(new)))
+        p = self.biller.price
+        cached = prompt + (output if p.caches_replies else 0)  # what the provider held
         self.fold = LedgerEntry(
-            read=bill.hit, written=bill.miss, invalidated=max(prompt + output - bill.hit, 0),
+            read=bill.hit, written=bill.miss, invalidated=max(cached - bill.hit, 0),
             saved_per_request=max(unfolded - bill.prompt, 0), requests=1,
             summary_input=summary[0], summary_read=summary[1], summary_output=summary[2],
             estimated=False)
-        p = self.biller.price
         return {"read_tokens": bill.hit, "written_tokens": bill.miss,
                 "invalidated_tokens": self.fold.invalidated,
                 "saved_per_request": self.fold.saved_per_request,
-                "summary_usd": round(self.fold.summary_cost(p.hit, p.miss, p.output), 8)}
+                "summary_usd": round(self.fold.summary_cost(p.hit, p.uncached, p.output), 8)}
 
     def close(self) -> None:
         """Add the open fold's entry to the policy's ledger (its view is no longer sent)."""
@@ -216,8 +217,8 @@ class _Track:
         self.result.ledger.add(FoldLedger(
             folds=1, read_tokens=f.read, written_tokens=f.written,
             invalidated_tokens=f.invalidated,
-            summary_usd=f.summary_cost(p.hit, p.miss, p.output),
-            net_saving_usd=f.net_saving(p.hit, p.miss, p.output)))
+            summary_usd=f.summary_cost(p.hit, p.uncached, p.output),
+            net_saving_usd=f.net_saving(p.hit, p.uncached, p.output)))
         self.fold = None
 
     def _count(self, bill: Any) -> None:
