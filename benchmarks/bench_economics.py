@@ -39,6 +39,9 @@ A *variant* changes some of ctxfold's maintenance settings, in its worker proces
   :func:`ctxfold.kernel.summary.summary_output_cap`, a quarter of the window up to 8,192) —
   the room a summary request leaves for its answer decides how much of the fold region it
   can hold;
+* ``facts_billed``: ``False`` bills the facts list the summary check appends as what it is —
+  text the engine adds without a model call, paid as input where the checkpoint is sent —
+  instead of as summary output (the fair replay's rule; a modelling choice, not a setting);
 * ``offer``: when ``use_capability`` rides along — ``auto`` (the engine's rule: once the view
   holds a checkpoint or a bounded result), ``always`` (from the first request), ``never``.
 
@@ -71,7 +74,8 @@ Variant = dict[str, Any]
 #: The engine's settings as shipped (tests/replay/test_economics_variants.py keeps them equal
 #: to the code).
 DEFAULTS: Variant = {"prune": 0.50, "tail": 0.05, "briefing": 1 / 48, "facts": 2, "head": 0.08,
-                     "ratio": 0.80, "bound": 1.0, "offer": "auto", "cap": 0}
+                     "ratio": 0.80, "bound": 1.0, "offer": "auto", "cap": 0,
+                     "facts_billed": True}
 
 #: name -> what it changes from :data:`DEFAULTS`.
 VARIANTS: dict[str, Variant] = {
@@ -91,6 +95,7 @@ VARIANTS: dict[str, Variant] = {
     "bound-0.5": {"bound": 0.5},
     "cap-4x": {"cap": 4},
     "cap-3x": {"cap": 3},
+    "facts-as-input": {"facts_billed": False},
     "offer-always": {"offer": "always"},
     "offer-never": {"offer": "never"},
     "bound-0.5+offer-always": {"bound": 0.5, "offer": "always"},
@@ -103,8 +108,10 @@ def _apply(variant: Variant) -> float:
     from ctxfold.capabilities import bounding
     from ctxfold.engine import offer, review
     from ctxfold.kernel import checkpoint, fold, maintenance, summary
+    from ctxfold.plugins.policies import ctxfold_engine
 
     v = {**DEFAULTS, **variant}
+    ctxfold_engine.BILL_FACTS_AS_OUTPUT = v["facts_billed"]
     review.FACTS_SHARE = v["facts"]
     fold.HEAD_PIN_RATIO = v["head"]
     maintenance.PRUNE_ALONE_RATIO = v["prune"]

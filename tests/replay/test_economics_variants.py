@@ -12,11 +12,13 @@ from ctxfold.kernel import fold, maintenance, summary
 def test_the_defaults_are_the_engine_s() -> None:
     from ctxfold.capabilities import bounding
     from ctxfold.kernel.config import AgentConfig
+    from ctxfold.plugins.policies import ctxfold_engine
 
     assert {"prune": maintenance.PRUNE_ALONE_RATIO, "tail": fold.TAIL_RATIO,
                         "briefing": summary.BRIEFING_RATIO, "facts": review.FACTS_SHARE,
                         "head": fold.HEAD_PIN_RATIO, "ratio": AgentConfig().compact_ratio,
-                        "bound": 1.0, "offer": "auto", "cap": 0} == DEFAULTS
+                        "bound": 1.0, "offer": "auto", "cap": 0,
+                        "facts_billed": ctxfold_engine.BILL_FACTS_AS_OUTPUT} == DEFAULTS
     assert bounding.TOOL_CONTENT_BOUND == 32768  # what ``bound`` scales
 
 
