@@ -141,8 +141,8 @@ def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> 
             f"tool_call_id={tool_call_id!r} is ambiguous ({len(candidates)} results); "
             f"retry with one of result_ref={', '.join(distinct)}"
         )
-    # One result for this call id: it is not ambiguous, so no result_ref is needed (design
-    # §3.2: required when ambiguous), truncated or not.
+    # One result for this call id: it is not ambiguous, so no result_ref is needed
+    # (design §3.2: required when ambiguous), truncated or not.
     return candidates[0]
 
 
