@@ -1,4 +1,4 @@
-"""Estimator accuracy against provider-reported prompt tokens (SPEC §3.1).
+"""Estimator accuracy against provider-reported prompt tokens (design §2.2, §2.3).
 
 Run from anywhere: ``python benchmarks/bench_estimators.py [--no-write]``.
 

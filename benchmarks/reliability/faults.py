@@ -6,7 +6,7 @@ modes: ``wide`` (the provider's own window), ``prompt`` (a window far smaller th
 session's and a 1,024-token output budget: the transcript outgrows the provider and requests
 are rejected as too long) or ``reservation`` (the smaller window with the default output
 budget: the first request is rejected because of the output it reserves); overflow recovery
-is SPEC §3.6 (learn the window; retry with a clipped output budget, or compact and retry). A
+is design §7.3 (learn the window; retry with a clipped output budget, or compact and retry). A
 provider built from a config whose ``base_url`` carries a password and whose key comes from
 ``$CTXFOLD_RELIABILITY_KEY`` (both checked by the ``leaks`` part). Each case appends a user
 turn (or the results of the previous reply's tool calls), injects 0–2 faults (429, 503,
@@ -160,7 +160,7 @@ class Round:
                     budget or (injected[0].kind == "drop" and injected[0].after_events == 0)):
                 kind: str = injected[0].kind if budget else "drop before any content"
                 figures.problem("failures", f"a {kind} within the retry budget was not "
-                                "retried to success (SPEC §5)", f"{type(exc).__name__}: "
+                                "retried to success (design §7.1)", f"{type(exc).__name__}: "
                                 f"{str(exc)[:160]}")
         except Exception as exc:
             figures.crash("faults: complete()", exc, [f.kind for f in injected])

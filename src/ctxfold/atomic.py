@@ -1,4 +1,4 @@
-"""Durable file writes: temp file, fsync, rename, directory fsync (SPEC §1 invariant 11)."""
+"""Durable file writes: temp file, fsync, rename, directory fsync (design §1.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keeping secrets out of every text ctxfold writes (SPEC invariant 12).
+"""Keeping secrets out of every text ctxfold writes (design §1.5).
 
 One module for both kinds of masking: configuration values (which keys hold secrets, how
 ``ctxfold config show`` prints them) and free text that may echo a credential (error

@@ -1,4 +1,4 @@
-"""Session ids (SPEC §4.1).
+"""Session ids (design §1.2).
 
 A session id becomes part of file names (``<root>/<id>.jsonl``), so it is validated before
 any path is built: ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$``. The first character cannot be a
@@ -12,7 +12,7 @@ import re
 
 from ctxfold.kernel.errors import SessionError, StoreError
 
-#: The rule of SPEC §4.1, as shown in error messages.
+#: The rule of design §1.2, as shown in error messages.
 SESSION_ID_RULE = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_SESSION_ID_LENGTH = 128
 

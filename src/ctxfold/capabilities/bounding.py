@@ -1,4 +1,4 @@
-"""Bounding tool results at creation (SPEC §3.7, invariant 5; origin §2.2).
+"""Bounding tool results at creation (design §3.1).
 
 A tool result's provider-visible ``content`` is fixed when the result is created and is at
 most :data:`TOOL_CONTENT_BOUND` bytes of UTF-8. Larger results keep a head and a tail chosen
@@ -8,7 +8,7 @@ the full text with ``use_capability`` (see :mod:`ctxfold.capabilities.tool`). Th
 text is kept locally in ``Message.raw_content``, which is never sent and never fingerprinted.
 
 Because ``content`` never changes after creation, every later request repeats the same bytes
-and stays a prompt-cache hit (origin §7, "Promoted RawContent regression").
+and stays a prompt-cache hit (design §3.1, §5.6).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ PREFIX_TOOLS = frozenset({"read_file", "read"})
 _CLASS_BUDGETS: tuple[tuple[frozenset[str], tuple[int, int]], ...] = (
     (frozenset({"bash", "shell", "sh", "exec", "run_command", "execute_command", "terminal"}),
      (8000, 8000)),
-    # Origin §2.2 also lists "read" here; ctxfold treats "read" as a file read (PREFIX_TOOLS).
+    # "read" is a file read here (PREFIX_TOOLS, design §3.1), not a shell command.
     (frozenset({"web_fetch", "webfetch", "fetch", "read_url"}), (12000, 2000)),
     (frozenset({"grep", "glob", "ls", "find", "search", "rg", "list_dir"}), (10000, 1000)),
 )
@@ -144,7 +144,7 @@ def _marker(
 
 
 def _bound_prefix(data: bytes, *, tool: str, call_id: str, ref: str, cap: int) -> str:
-    """Contiguous prefix cut back to a newline, then the marker (origin §2.2, read_file)."""
+    """Contiguous prefix cut back to a newline, then the marker (design §3.1, read_file)."""
     budget = cap - PREFIX_RESERVE
     for _ in range(3):
         end = snap_back(data, budget)
@@ -193,7 +193,7 @@ def bound_tool_content(text: str | bytes, *, tool_name: str, call_id: str) -> st
     """The provider-visible content of a tool result: at most 32768 UTF-8 bytes.
 
     Text within the bound is returned unchanged. Larger text becomes head + recovery marker
-    + tail by tool class (origin §2.2): ``read_file``/``read`` keep a contiguous prefix cut
+    + tail by tool class (design §3.1): ``read_file``/``read`` keep a contiguous prefix cut
     back to the last newline and the marker gives ``next_offset``; ``bash``/``shell`` keep
     8000/8000 characters, ``web_fetch`` 12000/2000, ``grep``/``glob``/``ls`` 10000/1000,
     anything else 12000/4000. If head + tail exceed ``cap - 512`` bytes the head gets 2/3 of
@@ -224,7 +224,7 @@ def bound_tool_content(text: str | bytes, *, tool_name: str, call_id: str) -> st
         tail_bytes = max(tail_bytes, cap // 3)
         head_bytes = min(head_bytes, room - tail_bytes)
 
-    for _ in range(4):  # the first pass plus up to three shrink passes (origin §2.2)
+    for _ in range(4):  # the first pass plus up to three shrink passes (design §3.1)
         head, tail = _cut(data, head_bytes, tail_bytes)
         kept_head, kept_tail = len(head.encode()), len(tail.encode())
         marker = _marker(incomplete=False, tool=tool_name, call_id=call_id, ref=ref,
@@ -273,7 +273,7 @@ def make_tool_result(
 
 def bound_new_message(message: Message) -> Message:
     """``message`` as it enters the transcript: stamped with ``created_at`` when it has none,
-    and, for a tool result, bounded at creation (SPEC §3.7) with the full text kept locally
+    and, for a tool result, bounded at creation (design §3.1) with the full text kept locally
     (a tool message arriving with ``raw_content`` set is bounded from that full text)."""
     if not message.created_at:
         message = attrs.evolve(message, created_at=utc_now())

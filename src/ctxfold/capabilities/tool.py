@@ -1,4 +1,4 @@
-"""The stable ``use_capability`` tool: one tool schema, many host capabilities (SPEC §3.7).
+"""The stable ``use_capability`` tool: one tool schema, many host capabilities (design §3.2).
 
 The model is offered exactly one extra tool, :data:`USE_CAPABILITY_TOOL`, whose name, schema
 and position never change between requests (a capability adds no tool; the description

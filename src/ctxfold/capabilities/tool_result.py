@@ -111,7 +111,7 @@ def _paged(message: Message) -> _Body:
 
 
 def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> _Body:
-    """The body of the tool message to page (newest first, SPEC §3.7)."""
+    """The body of the tool message to page (newest first, design §3.2)."""
     candidates = [
         _paged(m) for m in reversed(messages) if m.role == "tool" and m.tool_call_id == tool_call_id
     ]
@@ -141,8 +141,8 @@ def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> 
             f"tool_call_id={tool_call_id!r} is ambiguous ({len(candidates)} results); "
             f"retry with one of result_ref={', '.join(distinct)}"
         )
-    # One result for this call id: it is not ambiguous, so no result_ref is needed (SPEC
-    # §3.7: required when ambiguous), truncated or not.
+    # One result for this call id: it is not ambiguous, so no result_ref is needed
+    # (design §3.2: required when ambiguous), truncated or not.
     return candidates[0]
 
 

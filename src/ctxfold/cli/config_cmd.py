@@ -1,5 +1,5 @@
 """``ctxfold config``: ``show`` the effective configuration, ``init`` a commented file,
-``migrate`` retired keys out of a file (SPEC §4.3)."""
+``migrate`` retired keys out of a file (design §8.3)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ctxfold.kernel.state import SidecarState
     from ctxfold.kernel.types import Message
 
-#: Protocol reserve below the window (SPEC §2 hard ceiling).
+#: Protocol reserve below the window (the hard ceiling, design §2.4).
 PROTOCOL_RESERVE = 256
 
 

@@ -1,6 +1,6 @@
 """``ctxfold sessions list|show|fork|rewind|delete``: explicit user operations on sessions.
 
-These are the only commands that change a transcript besides appending (SPEC §1 inv. 1):
+These are the only commands that change a transcript besides appending (design §1.1):
 ``fork`` creates a new session from a prefix (with its checkpoint when that lies within the
 prefix), ``rewind`` goes back to a prefix and keeps the history as it was as a new session
 ``<id>-rewound-<k>`` (nothing is deleted), ``delete`` removes every file of a session (and

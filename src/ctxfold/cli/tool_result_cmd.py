@@ -1,6 +1,6 @@
 """``ctxfold tool-result SESSION CALL_ID``: print one ``session:tool_result`` page.
 
-The output is exactly what the model receives from ``use_capability`` (SPEC §3.7): one JSON
+The output is exactly what the model receives from ``use_capability`` (design §3.2): one JSON
 header line, a newline and the page, byte for byte, with no trailing newline added, so pages
 printed one after another concatenate to the full tool result.
 """

@@ -1,4 +1,4 @@
-"""The configuration load pipeline (SPEC §4.3).
+"""The configuration load pipeline (design §8.1).
 
 Layers, lowest to highest precedence::
 
@@ -14,7 +14,7 @@ Layers, lowest to highest precedence::
 Every layer is validated on its own (strict types, unknown keys, ranges), so an error names
 the file (and line), environment variable or flag it came from, the key, the bad value and
 what is allowed. Retired keys go through the ``config_migration`` strategies (built in:
-``legacy-multi-threshold``, origin §4): they load, are zeroed, and produce exactly one notice.
+``legacy-multi-threshold``, design §8.2): they load, are zeroed, and produce exactly one notice.
 """
 
 from __future__ import annotations

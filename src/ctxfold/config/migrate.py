@@ -1,4 +1,4 @@
-"""Remove retired configuration keys from TOML files, byte for byte (SPEC §4.3, origin §4).
+"""Remove retired configuration keys from TOML files, byte for byte (design §8.2, §8.3).
 
 ``migrate_file`` deletes exactly the lines of the key/value pairs that a registered
 ``config_migration`` strategy retires (built in: ``legacy-multi-threshold``, the five

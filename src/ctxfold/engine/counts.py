@@ -7,7 +7,7 @@ seeds the estimator with them (a message whose fingerprint is known is never tok
 again); after each ``prepare()`` it appends the counts measured since. The record is a cache:
 a torn or damaged record is skipped, a missing or unreadable record costs one re-tokenization,
 and another estimator (or another version of one: a different ``count_key``) never reads it.
-It is not session state — writing it is not one of the writes SPEC §3.2 forbids below the
+It is not session state — writing it is not one of the writes design §2.4 forbids below the
 trigger (no projection, sidecar, summary or event).
 """
 

@@ -1,4 +1,4 @@
-"""The ContextManager: the one object an agent holds per session (SPEC §1–§3).
+"""The ContextManager: the one object an agent holds per session (design §1–§6).
 
 It composes parts — the canonical transcript, the committer (sidecar state), the strategies
 (:class:`~ctxfold.engine.parts.SessionParts`), the view tracker, the runtime latches — and
@@ -306,7 +306,7 @@ class ContextManager:
         return prepared
 
     def prepare(self, trigger: Trigger = "pressure", focus: str | None = None) -> PreparedRequest:
-        """Return the request to send, maintaining the context first if it must (SPEC §3.2)."""
+        """Return the request to send, maintaining the context first if it must (design §2.5)."""
         with self._lock:
             self._sync()
             tools = self.request_tools()
@@ -475,7 +475,7 @@ class ContextManager:
         turns.before_request(self._committer.hooks, self.session_id, provider, request)
 
     def complete(self, provider: Provider, *, max_output_tokens: int | None = None) -> ChatResponse:
-        """Prepare, send to ``provider``, recover from overflow (SPEC §3.6), append the reply
+        """Prepare, send to ``provider``, recover from overflow (design §7.3), append the reply
         and observe its usage."""
         response = turns.drive(turns.turn(self._turn_context(max_output_tokens)),
                                provider=provider, observe=self._before_request,

@@ -49,7 +49,7 @@ from ctxfold.session_id import validate_session_id
 
 
 def prompt_cache_key(config: Config, session_id: str, workspace: str | None = None) -> str:
-    """``workspace | branch | model`` — no counts, times or hashes (SPEC §3.8)."""
+    """``workspace | branch | model`` — no counts, times or hashes (design §6.2)."""
     workspace = workspace if workspace is not None else Path(os.getcwd()).name
     return f"{workspace}|{session_id}|{config.provider.model}"
 

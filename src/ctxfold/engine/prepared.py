@@ -188,7 +188,7 @@ MIN_CALIBRATION_TOKENS = 256
 
 
 def calibration_refusal(usage: Usage, shape: RequestShape | None = None) -> str:
-    """Why an estimator declined to calibrate from ``usage`` (SPEC §3.1): the rule of the
+    """Why an estimator declined to calibrate from ``usage`` (design §2.3): the rule of the
     built-in estimators that applied, when one can be told from ``shape``."""
     if usage.estimated or usage.aggregated:
         return "recorded; not calibrated: the counts are estimated or summed over requests"
@@ -207,7 +207,7 @@ def calibration_refusal(usage: Usage, shape: RequestShape | None = None) -> str:
 
 @attrs.frozen
 class ResumeResult:
-    """The cache-state label of a resumed session (SPEC §3.8)."""
+    """The cache-state label of a resumed session (design §6.3)."""
 
     cache_state: CacheState
     idle_seconds: float | None

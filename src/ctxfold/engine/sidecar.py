@@ -1,4 +1,4 @@
-"""Loading and saving the sidecar ``<session>.context.json`` (SPEC §3.5, §4.2).
+"""Loading and saving the sidecar ``<session>.context.json`` (design §5.4–§5.7).
 
 The engine never imports the codec plugin: callers pass the codec the registry built
 (kind ``sidecar_format``, named by ``[store] sidecar_format``).
@@ -98,7 +98,7 @@ def sidecar_state(
     except (SidecarError, UnicodeDecodeError, ValueError, RecursionError, TypeError, KeyError,
             AttributeError) as exc:
         # A sidecar is a cache of the transcript: whatever a decoder trips over in it is an
-        # invalid sidecar, discarded and rebuilt (SPEC §1.11), never a session that won't open.
+        # invalid sidecar, discarded and rebuilt (design §5.7), never a session that won't open.
         reason = f"unreadable or invalid: {exc}"
         store.discard_sidecar(session_id, reason)
         salvaged = _salvage(codec, data) if isinstance(data, dict) else None
@@ -141,7 +141,7 @@ def _repaired(data: Any) -> Any:
 
 def _salvage(codec: SidecarCodec, data: dict[str, Any]) -> SidecarState | None:
     """What an invalid sidecar still holds that reads cleanly: everything but the projection
-    body, or failing that the receipt and the telemetry each on their own (SPEC §1.11: the
+    body, or failing that the receipt and the telemetry each on their own (design §5.7: the
     projection body is dropped, readable receipts and telemetry are kept). What is kept is
     valid text: each attempt is repaired first, and a part nested too deep to walk costs
     only the attempts that hold it."""
@@ -181,7 +181,7 @@ def _leading_system(messages: Sequence[Message]) -> int:
 
 
 def _promoted(messages: Sequence[Message]) -> list[Message]:
-    """The 'promoted' form [origin §7]: tool results carried their full raw text."""
+    """The 'promoted' form (design §5.6): tool results carried their full raw text."""
     return [
         attrs.evolve(m, content=m.raw_content)
         if m.role == "tool" and m.raw_content is not None
@@ -193,7 +193,7 @@ def _promoted(messages: Sequence[Message]) -> list[Message]:
 def validate_projection(
     state: SidecarState, canonical: Sequence[Message], session_id: str = ""
 ) -> tuple[SidecarState, list[str]]:
-    """Keep, repair or drop ``state.projection`` against ``canonical`` (SPEC §3.5, §4.2).
+    """Keep, repair or drop ``state.projection`` against ``canonical`` (design §5.4, §5.6).
 
     Valid when the body is non-empty, ``0 < covered_count <= len(canonical)`` and the stored
     ``covered_prefix_hash`` equals the hash of ``canonical[:covered_count]`` (the chain, or
@@ -201,8 +201,8 @@ def validate_projection(
     after substituting the body's own leading system messages for canonical's (a refreshed
     system prompt: the body's system messages are then refreshed from canonical and the hash
     re-normalised). A hash that equals the *promoted* form (tool ``content`` replaced by
-    ``raw_content``, written during origin's promoted-RawContent window) is re-normalised to
-    the bounded hash. Anything else drops only the projection body.
+    ``raw_content``, as earlier writers sent it) is re-normalised to the bounded hash.
+    Anything else drops only the projection body.
     """
     projection = state.projection
     if projection is None:

@@ -1,4 +1,4 @@
-"""Working from the stored state when other processes share a session (SPEC §4.2).
+"""Working from the stored state when other processes share a session (design §1.4).
 
 A :class:`~ctxfold.engine.manager.ContextManager` keeps the transcript and the sidecar state
 in memory. Another process may append to the same session, install a checkpoint or rewind

@@ -1,4 +1,4 @@
-"""One model turn with context-overflow recovery (SPEC §3.6, invariant 10).
+"""One model turn with context-overflow recovery (design §7.3).
 
 Budget per request: at most one prune, one summary and one retry of the original request.
 If the provider's overflow error leaves room for output, the retry clips the output budget;
@@ -36,7 +36,7 @@ from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError, Ct
 from ctxfold.kernel.fold import PROTOCOL_RESERVE, TAIL_RATIO
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, RequestShape, Trigger, Usage
 
-#: Output room that must remain for a clip-and-retry to make sense (origin §3.10).
+#: Output room that must remain for a clip-and-retry to make sense (design §7.3).
 OUTPUT_RESERVE = 8192
 #: The window assumed after an overflow error without numbers, as a fraction of the smaller of
 #: the rejected request's estimate and the effective window (so repeated overflows shrink it

@@ -1,7 +1,7 @@
 """Building one checkpoint: the summary request of a planned fold and the candidate view.
 
 Pure functions over the view (no I/O, no plugins): :func:`summary_request` chooses the fold
-end whose cache-aligned summary request fits the window (SPEC §3.3: the largest safe prefix;
+end whose cache-aligned summary request fits the window (design §4.7: the largest safe prefix;
 when a round no request could hold blocks it, the region's largest messages are clipped in
 the request instead — canonical keeps them); :func:`candidate` builds the new projection body
 and the view it would give.

@@ -1,4 +1,4 @@
-"""Compare-and-swap installs, receipts and telemetry (SPEC §1 invariants 7, 8, 11; origin §3.9).
+"""Compare-and-swap installs, receipts and telemetry (design §5.1, §5.2, §1.3).
 
 Every install compares what it captured when the operation started (transcript version,
 canonical length, projection version, generation) and loses cleanly if anything moved in

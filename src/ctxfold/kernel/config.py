@@ -1,4 +1,4 @@
-"""The configuration schema (SPEC §4.3): frozen attrs classes, defaults included.
+"""The configuration schema (design §8.1): frozen attrs classes, defaults included.
 
 Loading (files, environment, flags) lives in :mod:`ctxfold.config.load`; this module only
 says what a valid configuration is. Field metadata ``allowed`` is the human description of
@@ -24,7 +24,7 @@ PINS_RATIO_MAX = 0.25
 #: runaway loop of folds trips it.
 DEFAULT_MAX_SUMMARIES_PER_HOUR = 60
 
-#: ``[agent]`` keys of the retired multi-threshold design (origin §4). They load without
+#: ``[agent]`` keys of the retired multi-threshold design (design §8.2). They load without
 #: error, are zeroed in memory, and ``ctxfold config migrate`` removes them from files.
 LEGACY_AGENT_KEYS = (
     "soft_compact_ratio",

@@ -35,7 +35,7 @@ from ctxfold.kernel.types import (
 
 @runtime_checkable
 class Estimator(Protocol):
-    """Counts the tokens of a whole request shape (SPEC §3.1).
+    """Counts the tokens of a whole request shape (design §2.2).
 
     Implementations must be incremental: per-message counts are cached by fingerprint so
     estimating turn n+1 does not re-tokenize turns 1..n.

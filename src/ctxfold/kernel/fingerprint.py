@@ -1,4 +1,4 @@
-"""Provider-visible fingerprints (SPEC §3.5).
+"""Provider-visible fingerprints (design §5.3).
 
 A fingerprint is SHA-256 over a compact canonical JSON of the provider-visible fields of
 each message (role, content, reasoning, tool call id, name, tool calls, and content parts,

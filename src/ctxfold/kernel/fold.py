@@ -1,4 +1,4 @@
-"""Planning a fold: head, 5% tail, fold region, safe prefix, new body (SPEC §3.3).
+"""Planning a fold: head, 5% tail, fold region, safe prefix, new body (design §4.1–§4.3, §4.7).
 
 Pure functions over a view (``projection.messages + canonical[covered_count:]``). The view
 is described by ``body_len`` (how many leading view messages come from the projection body)
@@ -132,7 +132,7 @@ def balanced_ends(view: Sequence[Message], plan: FoldPlan) -> list[int]:
 
 
 def largest_safe_end(ends: Sequence[int], fits: Callable[[int], bool]) -> int | None:
-    """Binary search the largest end whose summary request fits (SPEC §3.3)."""
+    """Binary search the largest end whose summary request fits (design §4.7)."""
     lo, hi, best = 0, len(ends) - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2

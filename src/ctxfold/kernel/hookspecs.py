@@ -158,6 +158,6 @@ def ctxfold_after_prepare(session_id: str, messages: Sequence[Message], tokens: 
     """Called after a ``prepare()`` that maintained (pruned, summarized, or recorded a
     blocked/failed attempt), with the provider-visible messages and their estimate.
 
-    Never called below the trigger, where ``prepare()`` has no effects at all (SPEC §1.2).
+    Never called below the trigger, where ``prepare()`` has no effects at all (design §2.4).
     Return values are ignored.
     """

@@ -1,6 +1,6 @@
 """``prepare()``'s decisions: prune first, then at most N summary folds, each CAS-committed.
 
-SPEC §3.2. Below the trigger nothing is written: no projection, no sidecar write, no summary
+Design §2.4, §2.5. Below the trigger nothing is written: no projection, no sidecar write, no summary
 call, no event. Above it, oversized tool results are pruned first; if that does not clear the
 pressure, the fold region is summarized into one checkpoint. Every outcome leaves a receipt.
 
@@ -72,7 +72,7 @@ def _skip(ctx: MaintenanceContext, run: Run) -> bool:
 
 
 def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maintenance:
-    """The body of ``prepare()`` (SPEC §3.2) over ``view`` and its estimate ``tokens``."""
+    """The body of ``prepare()`` (design §2.5) over ``view`` and its estimate ``tokens``."""
     run = Run(ctx, view, tokens)
     trigger, trigger_tokens, hard = ctx.trigger, ctx.trigger_tokens, ctx.hard_ceiling
     if trigger == "pressure":

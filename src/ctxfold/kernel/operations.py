@@ -1,4 +1,4 @@
-"""One maintenance run's operations: prune, fold, install, receipt (SPEC §3.2–§3.4).
+"""One maintenance run's operations: prune, fold, install, receipt (design §2.5, §3.3, §4).
 
 The state of one ``prepare()`` (:class:`Run`); the values it starts from and ends with are
 :mod:`ctxfold.kernel.outcome`. The decisions — which operation when — are

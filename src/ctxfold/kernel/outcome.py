@@ -85,7 +85,7 @@ class MaintenanceContext:
 
     @property
     def hard_ceiling(self) -> int:
-        """``window − 256``: the protocol reserve (SPEC §2)."""
+        """``window − 256``: the protocol reserve (design §2.4)."""
         return self.window - fold.PROTOCOL_RESERVE
 
 

@@ -2,7 +2,7 @@
 
 A :class:`Projection` is the frozen body that stands for ``canonical[:covered_count]`` in the
 view; a :class:`Receipt` records the outcome of one maintenance operation; a
-:class:`SidecarState` is the content of ``<session>.context.json`` (schema v3, SPEC §4.2).
+:class:`SidecarState` is the content of ``<session>.context.json`` (schema v3, design §5.5).
 Frozen ``attrs`` classes that know nothing about JSON (see :mod:`ctxfold.kernel.codec`).
 """
 
@@ -20,7 +20,7 @@ SIDECAR_SCHEMA_VERSION = 3
 
 
 class CacheState(enum.StrEnum):
-    """Provider prompt-cache state label, set only by ``resume()`` (SPEC §3.8)."""
+    """Provider prompt-cache state label, set only by ``resume()`` (design §6.3)."""
 
     WARM = "warm"
     COLD = "cold"
@@ -28,7 +28,7 @@ class CacheState(enum.StrEnum):
 
     @classmethod
     def coerce(cls, value: object) -> CacheState:
-        """Any unknown label reads as ``unknown`` (origin §2.4)."""
+        """Any unknown label reads as ``unknown`` (design §6.3)."""
         try:
             return cls(str(value))
         except ValueError:
@@ -54,7 +54,7 @@ class ReceiptAction(enum.StrEnum):
 
 @attrs.frozen
 class Projection:
-    """The frozen body that stands for ``canonical[:covered_count]`` (SPEC §4.2)."""
+    """The frozen body that stands for ``canonical[:covered_count]`` (design §5.4)."""
 
     messages: tuple[Message, ...]
     transcript_version: int = 0
@@ -71,7 +71,7 @@ class Projection:
 
 @attrs.frozen
 class Receipt:
-    """The outcome of one maintenance operation (SPEC §4.2 ``last_receipt``)."""
+    """The outcome of one maintenance operation (design §5.2)."""
 
     operation_id: str
     status: ReceiptStatus
@@ -145,7 +145,7 @@ class SessionSettings:
 
 @attrs.frozen
 class SidecarState:
-    """The content of ``<session>.context.json`` in schema v3 (SPEC §4.2)."""
+    """The content of ``<session>.context.json`` in schema v3 (design §5.5)."""
 
     schema_version: int = SIDECAR_SCHEMA_VERSION
     transcript_version: int = 0
@@ -162,7 +162,7 @@ class SidecarState:
 def label_cache(
     last_activity: float | None, now: float, ttl_minutes: int
 ) -> tuple[CacheState, float | None]:
-    """The resume label (SPEC §3.8) and the idle seconds: no activity known → ``unknown``;
+    """The resume label (design §6.3) and the idle seconds: no activity known → ``unknown``;
     idle ≥ the provider's TTL → ``cold``; else ``warm``."""
     if last_activity is None:
         return CacheState.UNKNOWN, None

@@ -1,4 +1,4 @@
-"""The summary request and the summary message (SPEC §3.4, origin §3.6).
+"""The summary request and the summary message (design §4.4, §4.5).
 
 A fold replaces a region of the view with one host-written ``user`` message holding a
 structured Markdown briefing. The request that produces it is built for provider cache
@@ -22,7 +22,7 @@ import attrs
 from ctxfold.kernel.errors import MaintenanceError, SummaryFailedError
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 
-#: The seven headings of the briefing, in order (SPEC §3.4). Empty ones are omitted.
+#: The seven headings of the briefing, in order (design §4.5). Empty ones are omitted.
 SUMMARY_HEADINGS: tuple[str, ...] = (
     "## Standing facts & constraints",
     "## Goal",
@@ -37,7 +37,7 @@ SUMMARY_HEADINGS: tuple[str, ...] = (
 #: recognise a summary request from the wire messages alone.
 SUMMARY_INSTRUCTION_MARKER = "[ctxfold:summary-request]"
 
-#: The instruction appended as the final user message of a summary request (origin §3.6).
+#: The instruction appended as the final user message of a summary request (design §4.4, §4.5).
 SUMMARY_INSTRUCTION = f"""{SUMMARY_INSTRUCTION_MARKER}
 Context maintenance: the conversation above is about to be replaced by a summary. Write a \
 durable resume briefing from which you (or another engineer) can continue the work without \
@@ -80,13 +80,13 @@ SUMMARY_PREAMBLE = (
     "Summary of earlier conversation (older messages were compacted to save context):"
 )
 
-#: Bounds of the summary output cap: min(8192, max(window // 4, 512)) (SPEC §2).
+#: Bounds of the summary output cap: min(8192, max(window // 4, 512)) (design §4.4).
 SUMMARY_CAP_MAX = 8192
 SUMMARY_CAP_MIN = 512
 
 
 def summary_output_cap(window: int) -> int:
-    """``max_tokens`` of a summary request for a context ``window`` (SPEC §2).
+    """``max_tokens`` of a summary request for a context ``window`` (design §4.4).
 
     A quarter of small windows (so the request itself still fits), never below 512 and never
     above 8192 tokens (origin #9572).
@@ -141,7 +141,7 @@ def build_summary_request(
     focus: str | None = None,
     target_tokens: int = 0,
 ) -> SummaryRequest:
-    """Build the cache-aligned summary request of SPEC §3.4.
+    """Build the cache-aligned summary request of design §4.4.
 
     ``messages`` = ``system`` (when given) + ``fold_region`` as it is (already the
     provider-visible form, so its bytes match what the provider cached) + one final
@@ -254,8 +254,8 @@ def validate_summary_result(result: SummaryResult, *, session_id: str | None = N
     """Return the usable briefing text of ``result`` or raise :class:`SummaryFailedError`.
 
     Empty (or whitespace-only) text and ``finish_reason == "length"`` are failures: a
-    truncated briefing silently loses the newest facts, so nothing is installed (SPEC
-    invariant 7).
+    truncated briefing silently loses the newest facts, so nothing is installed
+    (design §4.6).
     """
     where = f" for session {session_id!r}" if session_id else ""
     if result.finish_reason == "length":

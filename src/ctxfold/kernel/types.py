@@ -184,7 +184,7 @@ class TextStats:
 
 @attrs.frozen
 class SummaryRequest:
-    """A summary request in the cache-aligned shape of SPEC §3.4."""
+    """A summary request in the cache-aligned shape of design §4.4."""
 
     messages: tuple[Message, ...]
     tools: tuple[ToolSchema, ...]
@@ -239,7 +239,7 @@ class ChatRequest:
 
     ``max_output_tokens`` 0 means provider auto (the provider's declared output budget).
     ``effort`` is the reasoning depth (``none``/``low``/``medium``/``high``/``max``).
-    ``cache_key`` is the session's ``prompt_cache_key`` (SPEC §3.8). ``output_room`` is what
+    ``cache_key`` is the session's ``prompt_cache_key`` (design §6.2). ``output_room`` is what
     the shared context window leaves for output after the prompt (0 = unknown): translators
     clip every output budget to it.
     """
@@ -253,7 +253,7 @@ class ChatRequest:
     cache_key: str = ""
     output_room: int = 0
     #: Transport retries for this request (``None``: the provider's setting). Summary
-    #: requests use 0: exactly one call, no retry (SPEC §3.4).
+    #: requests use 0: exactly one call, no retry (design §4.4).
     max_retries: int | None = None
 
 

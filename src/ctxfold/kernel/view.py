@@ -1,10 +1,10 @@
-"""The view: what the model sees now (SPEC invariant 3), and its incremental estimate.
+"""The view: what the model sees now (design §2.1), and its incremental estimate.
 
 The view is ``projection.messages + canonical[covered_count:]`` when a valid projection
 exists, else the canonical transcript; ``local_only`` messages are never visible.
 :class:`ViewTracker` keeps the view and its raw statistics between calls, so below the
 trigger each ``prepare()`` costs O(new messages) with an
-:class:`~ctxfold.kernel.contracts.IncrementalEstimator` (SPEC §3.1).
+:class:`~ctxfold.kernel.contracts.IncrementalEstimator` (design §2.2).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from ctxfold.kernel.types import Message, RequestShape, TextStats, ToolSchema
 
 
 def visible_view(projection: Projection | None, canonical: Sequence[Message]) -> list[Message]:
-    """SPEC §1.3: projection body + canonical tail when a projection exists, else canonical;
+    """Design §2.1: projection body + canonical tail when a projection exists, else canonical;
     ``local_only`` messages are never visible. A refreshed system prompt at the head of the
-    canonical transcript replaces the one stored in the body (SPEC §3.5)."""
+    canonical transcript replaces the one stored in the body (design §2.1, §5.4)."""
     if projection is None:
         return [m for m in canonical if not m.local_only]
     body = list(projection.messages)

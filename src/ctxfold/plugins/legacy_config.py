@@ -1,11 +1,10 @@
-"""Built-in ``config_migration`` strategy ``legacy-multi-threshold`` (origin §4).
+"""Built-in ``config_migration`` strategy ``legacy-multi-threshold`` (design §8.2).
 
 The multi-threshold design had five ``[agent]`` keys besides ``compact_ratio``
 (``soft_compact_ratio``, ``tool_result_snip_ratio``, ``compact_force_ratio``,
 ``cold_resume_prune``, ``context_editing``). ctxfold keeps exactly one automatic trigger, so
-these keys still load without error but are zeroed in memory (the origin's
-``normalizeRetiredMultiThresholdCompaction``), and ``ctxfold config migrate`` deletes their
-lines from files (the origin's ``stripTOMLKeyLines``).
+these keys still load without error but are zeroed in memory, and ``ctxfold config migrate``
+deletes their lines from files (design §8.3).
 """
 
 from __future__ import annotations

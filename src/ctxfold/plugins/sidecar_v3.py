@@ -1,13 +1,13 @@
-"""Sidecar codec ``v3``: reads every historic sidecar form, writes schema 3 (SPEC §4.2).
+"""Sidecar codec ``v3``: reads every historic sidecar form, writes schema 3 (design §5.5).
 
-Historic forms [origin §2.3] and how they are read (details in ``docs/formats.md``):
+Historic forms (design §5.5) and how they are read (details in ``docs/formats.md``):
 
 * **v1** (``schema_version`` 1, 0 or missing): no ``generation``, no ``last_receipt``;
   maintenance outcome mirrored in ``last_*`` and ``blocked_*`` fields.
 * **v2**: adds ``generation`` and ``last_receipt`` (receipts lack ``saved_tokens``,
   ``affected_tool_results``, ``cache_break``, ``output_hash``, ``generation``); still writes
   the ``last_*``/``blocked_*`` mirrors.
-* **v3**: the current form; the origin's writers also left legacy native-editing flags.
+* **v3**: the current form; earlier writers also left legacy native-editing flags.
 
 Legacy fields are accepted and ignored, and never written. Legacy receipt actions ``snip``
 and ``native_tool_clear`` stay readable. A receipt whose ``status`` or ``action`` is not a
@@ -139,7 +139,7 @@ class SidecarV3Codec:
                 f"sidecar schema_version {value} was written by a newer ctxfold (this one "
                 f"knows up to {SIDECAR_SCHEMA_VERSION}); upgrade ctxfold to open this session"
             )
-        return value or 1  # schema 0 is v1 [origin §2.3]
+        return value or 1  # schema 0 is v1 (design §5.5)
 
     def _get(self, data: Mapping[str, Any], key: str, cls: Any, default: Any = None) -> Any:
         return self._structure(data.get(key, default), cls, f"sidecar.{key}")

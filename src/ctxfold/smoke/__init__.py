@@ -1,4 +1,4 @@
-"""The cost-capped seed → resume → continue smoke (origin §5), behind ``ctxfold smoke``.
+"""The cost-capped seed → resume → continue smoke (design §9), behind ``ctxfold smoke``.
 
 * ``seed``: a fresh session ``cm-e2e`` — system + user, then 80 × (assistant ``read_file``
   call + 32 KiB tool result of ``"x"``), then "summarize status when asked" / "standing by".
@@ -13,7 +13,7 @@
 Numbers (documented in ``docs/cli.md``): window 500,000 tokens, ``compact_ratio`` 0.80 → trigger
 400,000; estimator ``deepseek`` (exact DeepSeek V4 tokenizer: one fat group ≈ 4.1K tokens, so
 the seed ≈ 330K < trigger and the continue ≈ 495K ≥ trigger). Effort ``none`` and
-``max_output_tokens`` 1024, as in the origin benchmark.
+``max_output_tokens`` 1024, so a live turn stays cheap.
 
 Live (``DEEPSEEK_API_KEY`` set, no ``--offline``): provider ``deepseek``, model
 ``deepseek-flash``. Offline: provider ``emulator`` with profile ``deepseek`` — the same

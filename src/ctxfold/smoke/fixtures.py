@@ -141,7 +141,7 @@ def fat_groups(start: int, count: int) -> list[Message]:
 
 
 def seed_messages(groups: int = SEED_GROUPS) -> list[Message]:
-    """The seed transcript of origin §5."""
+    """The seed transcript of the smoke (design §9)."""
     return [
         Message(role="system", content="You are a careful coding agent. Answer tersely."),
         Message(role="user", content="Read every module of the workspace, then wait."),

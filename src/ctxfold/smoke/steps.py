@@ -92,7 +92,7 @@ class Smoke:
         check(self._version(cm) == 0, step,
               f"projection version 0 (got {self._version(cm)})")
         check(store.read_sidecar(SESSION) is None, step,
-              "no sidecar written below the trigger (SPEC invariant 2)")
+              "no sidecar written below the trigger (design §2.4)")
         meta = {
             "seeded_at": utc_now(), "mode": "offline" if self.options.is_offline else "live",
             "session": SESSION, "window": cm.window, "compact_ratio": COMPACT_RATIO,

@@ -1,4 +1,4 @@
-"""Recognise a provider's context-overflow error and read its numbers (origin §3.10).
+"""Recognise a provider's context-overflow error and read its numbers (design §7.2).
 
 Only HTTP 400/413/422 bodies are considered. The numbers come from JSON fields
 (``context_length``/``max_context_length``, ``requested_tokens``, ``prompt_tokens``/

@@ -1,4 +1,4 @@
-"""A provider = the transport's HTTP client + a plugin's translator (SPEC §5).
+"""A provider = the transport's HTTP client + a plugin's translator (design §7.1).
 
 A provider plugin supplies a :class:`~ctxfold.kernel.contracts.Translator`: it turns a
 :class:`~ctxfold.kernel.types.ChatRequest` into the provider's request body, and the
@@ -15,7 +15,7 @@ output arrived, the exception carries ``partial_message`` (a :class:`~ctxfold.Me
 ``partial=True``); read it with :func:`partial_message_of` and record it as partial, or not at
 all. The response is always closed.
 
-Dropped connections (SPEC §5: connection errors are retryable): a response whose connection
+Dropped connections (design §7.1: connection errors are retryable): a response whose connection
 dropped, or whose stream ended early, *before any output arrived* (no text, reasoning or tool
 call: at most bookkeeping events) is sent again, within the same ``max_retries`` budget and
 backoff as the HTTP layer's retries. A stream that delivered output is never replayed: its

@@ -1,9 +1,9 @@
-"""Incremental, calibrated token estimation (SPEC §3.1, origin §3.2).
+"""Incremental, calibrated token estimation (design §2.2, §2.3).
 
 :class:`TokenizerEstimator` implements the :class:`~ctxfold.kernel.contracts.IncrementalEstimator`
 protocol for any tokenizer that can count one text: subclasses provide
 :meth:`~TokenizerEstimator.count_text` and the base counts a whole
-:class:`~ctxfold.kernel.types.RequestShape` the way origin §3.2 builds its "admission"
+:class:`~ctxfold.kernel.types.RequestShape` the way design §2.2 describes the
 request shape:
 
 * per message ``message_overhead`` + role + content + name + tool_call_id, plus
@@ -15,7 +15,7 @@ request shape:
 
 Per-message counts are cached (bounded LRU) by message value and by
 :func:`~ctxfold.kernel.fingerprint.message_fingerprint`, so estimating turn n+1 tokenizes only
-the new message. Calibration follows origin §3.2: ratio = provider prompt tokens / raw
+the new message. Calibration follows design §2.3: ratio = provider prompt tokens / raw
 estimate of exactly that request, accepted only when 0.05 < prompt tokens / request chars < 2,
 never from ``estimated`` or ``aggregated`` usage (origin bug #7930), reset on model change.
 """
@@ -57,7 +57,7 @@ class TokenizerEstimator:
     :meth:`count_texts` (batch tokenization), :meth:`message_texts` / :meth:`call_texts`
     (template-specific rendering) and the overhead class attributes. The
     ``count_call_ids`` = False leaves tool-call ids out (on calls and on tool results) for
-    chat templates that do not render them. ``cjk_aware`` enables origin §3.2's CJK
+    chat templates that do not render them. ``cjk_aware`` enables design §2.3's CJK
     correction of calibrated estimates; it only makes sense for estimators whose raw count
     prices CJK at the cold rate (the heuristic).
     """
@@ -237,7 +237,7 @@ class TokenizerEstimator:
         """Apply the calibration to raw ``stats``.
 
         With ``cjk_aware``, CJK characters beyond the calibration sample's CJK share are
-        priced at the cold rate and only the rest at the calibrated ratio (origin §3.2): a
+        priced at the cold rate and only the rest at the calibrated ratio (design §2.3): a
         ratio learned on English text would otherwise underprice a switch to Chinese.
         """
         cal = self._calibration
@@ -261,7 +261,7 @@ class TokenizerEstimator:
         """Learn from the provider's prompt tokens for exactly ``shape``; True if accepted.
 
         Ignored: ``estimated`` or ``aggregated`` usage, non-positive prompt tokens, an empty
-        shape, and a prompt-tokens-per-character ratio outside 0.05–2 (SPEC §2), which means
+        shape, and a prompt-tokens-per-character ratio outside 0.05–2 (design §2.3), which means
         the usage does not belong to this request. Only the latest accepted sample counts.
         Requests under ``MIN_CALIBRATION_TOKENS`` are ignored too: on a 13-token request the
         fixed template overheads dominate and the ratio would mis-scale every later request.

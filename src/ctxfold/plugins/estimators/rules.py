@@ -10,9 +10,9 @@ import attrs
 
 from ctxfold.kernel.types import TEXT_PART_TYPES, Message
 
-#: Tokens per character of CJK text before calibration (SPEC §2 "cold estimator").
+#: Tokens per character of CJK text before calibration (design §2.3).
 COLD_CJK_TOKENS_PER_CHAR = 1.0
-#: Calibration sanity window on provider prompt tokens per request character (SPEC §2).
+#: Calibration sanity window on provider prompt tokens per request character (design §2.3).
 SANITY_MIN_TOKENS_PER_CHAR = 0.05
 SANITY_MAX_TOKENS_PER_CHAR = 2.0
 DEFAULT_CACHE_SIZE = 100_000

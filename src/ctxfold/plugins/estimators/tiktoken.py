@@ -1,4 +1,4 @@
-"""The ``tiktoken`` estimator: OpenAI's ``cl100k_base`` BPE, strictly offline (SPEC §3.1).
+"""The ``tiktoken`` estimator: OpenAI's ``cl100k_base`` BPE, strictly offline (design §2.2).
 
 tiktoken normally downloads its encodings on first use and caches them in a temp directory.
 ctxfold never does that: the BPE ranks come from the file bundled in the

@@ -2,7 +2,7 @@
 
 Every request is the whole transcript so far — the ideal case for the prefix cache and the
 baseline every other policy is measured against. A request above the window is an overflow
-(the provider would answer HTTP 400, SPEC §3.6); the runner ends the run there and reports the
+(the provider would answer HTTP 400, design §7.3); the runner ends the run there and reports the
 policy as failed.
 """
 

@@ -9,8 +9,8 @@ boundary the session marks (:class:`BoundaryCtxfoldPolicy`).
 
 Each canonical message is appended to a session in a private filesystem store (temporary
 directory); before each assistant message the policy calls ``prepare()`` — the engine exactly
-as specified (SPEC §3.2: one trigger at ``floor(window × compact_ratio)``, prune first, then at
-most two folds, 5 % tail, pinned head). Summary requests are counted from the summarizer
+as designed (design §2.4, §2.5: one trigger at ``floor(window × compact_ratio)``, prune first,
+then at most two folds, 5 % tail, pinned head). Summary requests are counted from the summarizer
 calls (the shared summarizer is wrapped to record them). A ``CompactionRequiredError`` ends
 the run as failed.
 

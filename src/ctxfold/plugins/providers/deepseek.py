@@ -1,4 +1,4 @@
-"""The ``deepseek`` provider: DeepSeek chat completions (SPEC §5, providers.md §1).
+"""The ``deepseek`` provider: DeepSeek chat completions (design §7.1; docs/providers.md).
 
 What is sent (``POST {base}/chat/completions``):
 

@@ -1,4 +1,4 @@
-"""The ``responses`` provider: the OpenAI Responses API (SPEC §5, providers.md §3).
+"""The ``responses`` provider: the OpenAI Responses API (design §7.1; docs/providers.md).
 
 What is sent (``POST {base}/responses``, base ``https://api.openai.com/v1``):
 

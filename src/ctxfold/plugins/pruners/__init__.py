@@ -1,6 +1,6 @@
 """Built-in pruners: one strategy per module.
 
 A pruner shrinks oversized tool results of the provider-visible view under pressure, before
-any summary is attempted (SPEC §3.2 step 5). It never touches the canonical transcript; the
+any summary is attempted (design §3.3). It never touches the canonical transcript; the
 engine installs its result as a new projection.
 """

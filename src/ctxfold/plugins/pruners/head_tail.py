@@ -1,4 +1,4 @@
-"""The ``head-tail`` pressure pruner (SPEC §3.2 step 5, origin §3.4).
+"""The ``head-tail`` pressure pruner (design §3.3).
 
 Every tool message of the view whose ``content`` exceeds 8192 code points is cut to its first
 4096 code points + ``[... tool result middle pruned ...]`` + its last 1024 code points. The

@@ -1,9 +1,9 @@
-"""The filesystem store ``fs``: one JSONL transcript and one sidecar per session (SPEC §4.1).
+"""The filesystem store ``fs``: one JSONL transcript and one sidecar per session (design §1.2).
 
 Files of session ``<id>`` under the store root (see ``docs/formats.md``):
 
 * ``<id>.jsonl`` — the canonical transcript, one message per line, append-only;
-* ``<id>.context.json`` — the sidecar (written atomically, SPEC §4.2);
+* ``<id>.context.json`` — the sidecar (written atomically, design §1.3);
 * ``<id>.tokens-<estimator key>`` — the token-count cache (``ctxfold.engine.counts``);
 * ``<id>.prefix`` — the vouched-prefix cache (``fs_prefix``: reopening without decoding);
 * ``<id>.lock`` — the inter-process lock taken by every mutating operation;
@@ -267,7 +267,7 @@ def ctxfold_stores() -> list[StrategySpec]:
             name="fs",
             default=True,
             factory=_create,
-            description="JSONL transcripts + JSON sidecars in [store] path (SPEC §4.1)",
+            description="JSONL transcripts + JSON sidecars in [store] path (design §1.2)",
         )
     ]
 

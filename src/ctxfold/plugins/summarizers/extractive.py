@@ -1,4 +1,4 @@
-"""The ``extractive`` summarizer: deterministic, offline, no model (SPEC §3.4).
+"""The ``extractive`` summarizer: deterministic, offline, no model (design §4.4, §4.5).
 
 It builds the same seven-heading briefing an LLM would, but only from lines it can find in
 the fold region, so it invents nothing: user constraints verbatim, the task statement,

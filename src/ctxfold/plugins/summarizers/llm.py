@@ -1,4 +1,4 @@
-"""The ``llm`` summarizer: one request through the configured provider (SPEC §3.4).
+"""The ``llm`` summarizer: one request through the configured provider (design §4.4).
 
 The request is the cache-aligned :class:`~ctxfold.kernel.contracts.SummaryRequest` sent as
 it is, with reasoning effort forced to ``none`` (origin #9613/#9778: reasoning-first models
@@ -40,7 +40,7 @@ class LLMSummarizer:
             effort="none",
             stream=True,
             cache_key=request.cache_key,
-            max_retries=0,  # exactly one call (SPEC §3.4): no transport retry either
+            max_retries=0,  # exactly one call (design §4.4): no transport retry either
         )
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
