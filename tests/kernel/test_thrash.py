@@ -51,6 +51,12 @@ def test_a_checkpoint_that_refills_within_a_few_turns_is_detected(
         assert f"turn {last} (projection v4)" in seen.detail and f"turn {now}" in seen.detail
 
 
+def test_a_fold_after_a_manual_checkpoint_is_not_judged_a_refill() -> None:
+    manual = attrs.evolve(install(5, version=2), trigger="manual")  # a task-boundary fold
+    assert thrash.refilled((install(1), manual), 6) is None
+    assert thrash.refilled((install(1), install(5, version=2)), 6) is not None
+
+
 def test_no_recorded_checkpoint_is_no_refill() -> None:
     assert thrash.refilled((), 3) is None
     assert thrash.refilled((TelemetryRecord(kind="resume", turn=3),), 3) is None

@@ -49,9 +49,12 @@ def is_summary_install(record: TelemetryRecord) -> bool:
 
 def refilled(telemetry: Sequence[TelemetryRecord], turn: int) -> Thrash | None:
     """The fold about to be made at ``turn`` comes within :data:`REFILL_TURNS` turns of the
-    previous summary install (``None`` when it does not, or no install recorded its turn)."""
+    previous summary install (``None`` when it does not, or no install recorded its turn).
+    A manual previous install (``compact()``, a model's ``session:fold`` at a task boundary)
+    is not judged: folding early was asked for, and the fold that follows is the trigger's."""
     last = next((r for r in reversed(telemetry) if is_summary_install(r)), None)
-    if last is None or last.turn is None or not 0 <= turn - last.turn <= REFILL_TURNS:
+    if (last is None or last.turn is None or last.trigger == "manual"
+            or not 0 <= turn - last.turn <= REFILL_TURNS):
         return None
     return Thrash("refill", f"the checkpoint of turn {last.turn} (projection "
                             f"v{last.projection_version}) reached the trigger again at turn {turn}")
