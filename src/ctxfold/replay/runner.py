@@ -175,10 +175,15 @@ class _Track:
             result.prefix_stable_between_installs = False
         self.previous = body
         ledger = None
-        if req.installed or req.summaries:
+        if req.installed:
             ledger = self._fold(index, bill, summary)
-        elif self.fold is not None:
-            self.fold = attrs.evolve(self.fold, requests=self.fold.requests + 1)
+        elif self.fold is not None:  # one more request on the fold's view; a summary that
+            # was asked for and not installed is a cost of keeping that view
+            f = self.fold
+            self.fold = attrs.evolve(
+                f, requests=f.requests + 1, summary_input=f.summary_input + summary[0],
+                summary_read=f.summary_read + summary[1],
+                summary_output=f.summary_output + summary[2])
         self.last = (index, bill.prompt, bill.output)
         result.records.append(RequestRecord(
             number=number, message_index=index, prompt_tokens=bill.prompt, hit_tokens=bill.hit,
