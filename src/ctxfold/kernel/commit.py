@@ -260,12 +260,12 @@ class Committer:
                 entry, read=usage.cache_hit_tokens, written=usage.cache_miss_tokens,
                 invalidated=max(cached - usage.cache_hit_tokens, 0), estimated=False))
 
-    def count_request(self, n: int = 1) -> None:
-        """``n`` more requests on the current view (in memory; written with the next
+    def count_request(self) -> None:
+        """One more request sent on the current view (in memory; written with the next
         record)."""
         entry = self._open_ledger()
         if entry is not None:
-            self._set_ledger(attrs.evolve(entry, requests=max(entry.requests + n, 0)))
+            self._set_ledger(attrs.evolve(entry, requests=entry.requests + 1))
 
     def _open_ledger(self) -> LedgerEntry | None:
         """The ledger entry of the install that made the current view, if still held."""

@@ -124,8 +124,6 @@ class Run:
         saved = self.tokens - new_tokens
         ledger = self.ledger(candidate, saved)
         self.summary_tokens = LedgerEntry(estimated=False)  # the next fold's own
-        if self.action in (PrepareAction.PRUNE, PrepareAction.SUMMARY):
-            ctx.committer.count_request(-1)  # this run's earlier install was never sent
         try:
             ctx.committer.install(
                 captured, self.canonical, body=body, covered_count=covered,
