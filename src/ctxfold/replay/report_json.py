@@ -2,7 +2,7 @@
 
 ::
 
-    {"version": 3, "profile": str, "window": int, "reserve_output": int,
+    {"version": 4, "profile": str, "window": int, "reserve_output": int,
      "summary_tokens": int, "equal_summary_length": bool, "summarizer": str,
      "sessions": [{"name", "source", "messages", "requests", "probes", "facts",
                    "references": {"unlimited": {"cost_usd"}},
@@ -40,7 +40,7 @@ from ctxfold.replay.results import (
 )
 from ctxfold.replay.retention import Counts, RetentionSummary
 
-VERSION = 3
+VERSION = 4
 
 UNLIMITED_MEANING = (
     "append-only with an unlimited window and a perfect cache: every token new to the "
