@@ -178,3 +178,25 @@ def test_a_wrapper_plugin_sees_and_changes_the_registered_strategies() -> None:
     assert "wrapped" in registry.names("estimator")
     assert "heuristic" in registry.names("estimator")
     assert registry.get("estimator", "heuristic").source.startswith("builtin:")
+
+
+@pytest.mark.parametrize("extra", [{}, {"supports_native_compaction": False}],
+                         ids=["plain", "with-retired-attribute"])
+def test_a_provider_needs_only_what_the_protocol_documents(extra) -> None:
+    from ctxfold import Provider
+
+    def complete(self, request):  # pragma: no cover - not called here
+        raise NotImplementedError
+
+    attributes = {"name": "mine", "context_window": 1000, "cache_ttl_minutes": 5,
+                  "complete": complete, **extra}
+    cls = type("Mine", (), attributes)
+
+    class Plugin:
+        @hookimpl
+        def ctxfold_providers(self):
+            return [StrategySpec(kind="provider", name="mine", factory=lambda ctx: cls())]
+
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
+    built = registry.create("provider", "mine", config=Config())
+    assert isinstance(built, Provider) and type(built) is cls
