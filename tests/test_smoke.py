@@ -111,7 +111,7 @@ def test_cost_prices() -> None:
 
 
 class _Fixed:
-    name, context_window, cache_ttl_minutes, supports_native_compaction = "x", 1, 1, False
+    name, context_window, cache_ttl_minutes = "x", 1, 1
 
     def __init__(self) -> None:
         self.sent = 0

@@ -20,8 +20,6 @@ class UsageProvider:
     name = "scripted"
     context_window = 1_000_000
     cache_ttl_minutes = 1440
-    supports_native_compaction = False
-
     def __init__(self, cm: Any, hits: list[int]) -> None:
         self.cm, self.hits = cm, hits
         self.usages: list[Usage] = []

@@ -14,8 +14,6 @@ class ScriptedProvider:
     name = "scripted"
     context_window = 1_000_000
     cache_ttl_minutes = 1440
-    supports_native_compaction = False
-
     def __init__(self, outcomes: list) -> None:
         self.outcomes = outcomes
         self.requests: list[ChatRequest] = []

@@ -118,3 +118,85 @@ def test_every_hookspec_is_documented() -> None:
     for name in hooks:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert len(doc.strip()) > 20, f"hook {name} is undocumented"
+
+
+class _Migration:
+    keys = ("", ())
+
+    def normalize(self, raw):  # pragma: no cover - not called here
+        return raw
+
+
+def _migration_plugin(name: str, **marks):
+    class Plugin:
+        @hookimpl(**marks)
+        def ctxfold_config_migrations(self):
+            return [StrategySpec(kind="config_migration", name=name,
+                                 factory=lambda ctx: _Migration())]
+
+    return Plugin()
+
+
+def _migrations(*plugins) -> list[str]:
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=plugins)
+    return [n for n in registry.in_call_order("config_migration") if n in ("aa", "zz")]
+
+
+def test_strategies_come_in_pluggy_call_order() -> None:
+    # pluggy calls the plugin registered last first; names are chosen against sorting.
+    assert _migrations(_migration_plugin("zz"), _migration_plugin("aa")) == ["aa", "zz"]
+    assert _migrations(_migration_plugin("aa"), _migration_plugin("zz")) == ["zz", "aa"]
+
+
+def test_a_tryfirst_plugin_is_called_first() -> None:
+    first = _migration_plugin("zz", tryfirst=True)
+    assert _migrations(first, _migration_plugin("aa")) == ["zz", "aa"]
+    from ctxfold.config.migrate import default_migrations
+
+    registry = Registry.from_config(load_entry_points=False,
+                                    extra_plugins=[first, _migration_plugin("aa")])
+    assert [m for m in default_migrations(registry) if isinstance(m, _Migration)]
+    assert registry.in_call_order("config_migration")[0] == "zz"
+
+
+def test_a_wrapper_plugin_sees_and_changes_the_registered_strategies() -> None:
+    seen = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def ctxfold_estimators(self):
+            groups = yield
+            seen.extend(spec.name for group in groups for spec in group)
+            kept = [[s for s in group if s.name != "alpha"] for group in groups]
+            return [*kept, [StrategySpec(kind="estimator", name="wrapped",
+                                         factory=lambda ctx: _Counter())]]
+
+    registry = Registry.from_config(
+        load_entry_points=False, extra_plugins=[_estimator_plugin("alpha"), Wrapper()])
+    assert "alpha" in seen and "heuristic" in seen
+    assert "alpha" not in registry.names("estimator")
+    assert "wrapped" in registry.names("estimator")
+    assert "heuristic" in registry.names("estimator")
+    assert registry.get("estimator", "heuristic").source.startswith("builtin:")
+
+
+@pytest.mark.parametrize("extra", [{}, {"supports_native_compaction": False}],
+                         ids=["plain", "with-retired-attribute"])
+def test_a_provider_needs_only_what_the_protocol_documents(extra) -> None:
+    from ctxfold import Provider
+
+    def complete(self, request):  # pragma: no cover - not called here
+        raise NotImplementedError
+
+    attributes = {"name": "mine", "context_window": 1000, "cache_ttl_minutes": 5,
+                  "complete": complete, **extra}
+    cls = type("Mine", (), attributes)
+
+    class Plugin:
+        @hookimpl
+        def ctxfold_providers(self):
+            return [StrategySpec(kind="provider", name="mine", factory=lambda ctx: cls())]
+
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
+    built = registry.create("provider", "mine", config=Config())
+    assert isinstance(built, Provider) and type(built) is cls

@@ -61,11 +61,7 @@ def default_migrations(registry: Registry | None = None) -> list[ConfigMigration
         # Built-ins only: the config that could disable plugins is what is being loaded.
         registry = Registry.from_config(load_entry_points=False)
     return [registry.create(CONFIG_MIGRATION, name, config=Config())
-            for name in _in_registration_order(registry)]
-
-
-def _in_registration_order(registry: Registry) -> list[str]:
-    return [spec.name for spec in registry.specs(CONFIG_MIGRATION)]
+            for name in registry.in_call_order(CONFIG_MIGRATION)]
 
 
 def retired_paths(migrations: Iterable[ConfigMigration]) -> set[tuple[str, ...]]:

@@ -54,8 +54,6 @@ class EmulatorOptions:
 class EmulatedProvider:
     """A real provider plugin pointed at an in-process emulator it owns."""
 
-    supports_native_compaction = False
-
     def __init__(self, inner: Provider, emulator: Emulator) -> None:
         self.inner = inner
         self.emulator = emulator

@@ -192,12 +192,14 @@ class SidecarCodec(Protocol):
 
 @runtime_checkable
 class Provider(Protocol):
-    """A model endpoint. Plugins translate; the transport package owns HTTP."""
+    """A model endpoint. Plugins translate; the transport package owns HTTP.
+
+    ``name`` is the provider's registered name, ``context_window`` the model's window in tokens
+    and ``cache_ttl_minutes`` how long its prefix cache keeps an idle prefix."""
 
     name: str
     context_window: int
     cache_ttl_minutes: int
-    supports_native_compaction: bool
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` and return the assembled response; raise a ProviderError."""

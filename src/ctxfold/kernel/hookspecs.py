@@ -3,9 +3,12 @@
 Two kinds of hook:
 
 * **Registration hooks** (``ctxfold_<family>``) return a list of :class:`StrategySpec`
-  descriptors. Every implementation is called; the registry gathers all descriptors, records
-  which plugin registered each, and refuses duplicate names. The kernel then selects one
-  strategy per family by the name in config.
+  descriptors. The registry calls each through ``pm.hook``, so pluggy's rules hold: every
+  implementation is called, the plugin registered last first (``tryfirst``/``trylast`` move
+  one), and a ``wrapper=True`` implementation sees, and may change, the lists of those it
+  wraps. The registry gathers all descriptors, records which plugin registered each, and
+  refuses duplicate names. The kernel then selects one strategy per family by the name in
+  config.
 * **Observer hooks** are called for their side effects (logging, metrics, policy checks).
   Their return values are ignored; an exception in an observer propagates to the caller.
 
@@ -42,7 +45,6 @@ def ctxfold_estimators() -> Sequence[StrategySpec]:
     Factories receive :class:`~ctxfold.kernel.kinds.EstimatorOptions`. All implementations are
     called.
     """
-    raise NotImplementedError
 
 
 @hookspec
@@ -52,7 +54,6 @@ def ctxfold_pruners() -> Sequence[StrategySpec]:
     Each factory returns a :class:`~ctxfold.kernel.contracts.Pruner` and receives
     :class:`~ctxfold.kernel.kinds.NoOptions`. All implementations are called.
     """
-    raise NotImplementedError
 
 
 @hookspec
@@ -62,7 +63,6 @@ def ctxfold_summarizers() -> Sequence[StrategySpec]:
     Each factory returns a :class:`~ctxfold.kernel.contracts.Summarizer` and receives
     :class:`~ctxfold.kernel.kinds.SummarizerOptions`. All implementations are called.
     """
-    raise NotImplementedError
 
 
 @hookspec
@@ -72,7 +72,6 @@ def ctxfold_stores() -> Sequence[StrategySpec]:
     Each factory returns a :class:`~ctxfold.kernel.contracts.Store` and receives
     :class:`~ctxfold.kernel.kinds.StoreOptions`. All implementations are called.
     """
-    raise NotImplementedError
 
 
 @hookspec
@@ -85,7 +84,6 @@ def ctxfold_providers() -> Sequence[StrategySpec]:
     model, context window, cache TTL, output budget, overflow parser, request-id headers).
     All implementations are called.
     """
-    raise NotImplementedError
 
 
 @hookspec
@@ -98,7 +96,6 @@ def ctxfold_sidecar_formats() -> Sequence[StrategySpec]:
     encodes the current form) and receives :class:`~ctxfold.kernel.kinds.NoOptions`. All
     implementations are called.
     """
-    raise NotImplementedError
 
 
 @hookspec
@@ -108,9 +105,9 @@ def ctxfold_config_migrations() -> Sequence[StrategySpec]:
     Each factory returns a :class:`~ctxfold.kernel.contracts.ConfigMigration` (normalises
     retired keys when a config is loaded; names them for ``ctxfold config migrate``) and
     receives :class:`~ctxfold.kernel.kinds.NoOptions`. All implementations are called; every
-    migration registered is applied, in registration order.
+    migration registered is applied, in the order pluggy calls the hook (the plugin
+    registered last first, ``tryfirst``/``trylast`` move one; each list in its own order).
     """
-    raise NotImplementedError
 
 
 @hookspec
@@ -121,7 +118,6 @@ def ctxfold_importers() -> Sequence[StrategySpec]:
     :class:`~ctxfold.kernel.kinds.ImporterOptions`. Auto-detection tries every importer by
     ``priority``. All implementations are called.
     """
-    raise NotImplementedError
 
 
 @hookspec
@@ -131,7 +127,6 @@ def ctxfold_policies() -> Sequence[StrategySpec]:
     Each factory returns a :class:`~ctxfold.kernel.contracts.Policy` and receives
     :class:`~ctxfold.kernel.kinds.PolicyOptions`. All implementations are called.
     """
-    raise NotImplementedError
 
 
 # -- observer hooks ----------------------------------------------------------------------------

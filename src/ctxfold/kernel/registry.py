@@ -40,6 +40,29 @@ def _source_of(pm: pluggy.PluginManager, plugin_name: str, plugin: object) -> st
     return plugin_name
 
 
+def _sources_by_name(pm: pluggy.PluginManager, hook: str) -> dict[str, list[str]]:
+    """For each name the registration hook ``hook`` yields, the sources of the plugins that
+    yield it, in pluggy's call order. Each plugin's implementation is called through a subset
+    of ``pm.hook`` (so its own wrappers apply); a spec a wrapper adds around other plugins'
+    results is attributed to nobody here."""
+    impls = list(reversed(getattr(pm.hook, hook).get_hookimpls()))
+    plugins: list[tuple[str, object]] = []
+    for impl in impls:
+        if all(plugin is not impl.plugin for _, plugin in plugins):
+            plugins.append((impl.plugin_name, impl.plugin))
+    found: dict[str, list[str]] = {}
+    for plugin_name, plugin in plugins:
+        others = [other for _, other in plugins if other is not plugin]
+        alone = pm.subset_hook_caller(hook, remove_plugins=others)
+        source = _source_of(pm, plugin_name, plugin)
+        for specs in alone():
+            for spec in specs or ():
+                name = getattr(spec, "name", None)
+                if isinstance(name, str):
+                    found.setdefault(name, []).append(source)
+    return found
+
+
 class Registry:
     """Every registered strategy, by kind and name."""
 
@@ -50,9 +73,13 @@ class Registry:
         for kind in KINDS:
             table: dict[str, StrategySpec] = {}
             caller = getattr(pm.hook, kind.hook)
-            for impl in caller.get_hookimpls():
-                source = _source_of(pm, impl.plugin_name, impl.plugin)
-                for spec in impl.function() or ():
+            sources = _sources_by_name(pm, kind.hook)
+            # pm.hook owns the order (last registered first, tryfirst/trylast) and wrappers.
+            for specs in caller():
+                for spec in specs or ():
+                    name = getattr(spec, "name", None)
+                    claimants = sources.get(name, []) if isinstance(name, str) else []
+                    source = claimants.pop(0) if claimants else f"a wrapper of {kind.hook}"
                     self._add(table, kind.name, spec, source)
             self._specs[kind.name] = table
             declared = sorted(name for name, spec in table.items() if spec.default)
@@ -115,6 +142,12 @@ class Registry:
         """All descriptors (of one kind), in kind order then sorted by name."""
         kinds = [_kind_name(kind)] if kind else list(self._specs)
         return [self._specs[k][n] for k in kinds for n in sorted(self._specs.get(k, {}))]
+
+    def in_call_order(self, kind: StrategyKind[Any] | str) -> list[str]:
+        """Registered names of one kind in the order pluggy's hook call returned them: the
+        plugin registered last first (``tryfirst``/``trylast`` move one), each plugin's list
+        in its own order, as wrappers left it."""
+        return list(self._specs.get(_kind_name(kind), {}))
 
     def default_name(self, kind: StrategyKind[Any] | str) -> str:
         """The name of the strategy of ``kind`` that declares itself the default (what an

@@ -48,7 +48,6 @@ class MeteredProvider:
         self.name = inner.name
         self.context_window = inner.context_window
         self.cache_ttl_minutes = inner.cache_ttl_minutes
-        self.supports_native_compaction = inner.supports_native_compaction
 
     def cost(self, usage: Usage) -> float:
         hit = usage.cache_hit_tokens

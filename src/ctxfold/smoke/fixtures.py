@@ -94,7 +94,6 @@ class CostMeter:
         self.name = inner.name
         self.context_window = inner.context_window
         self.cache_ttl_minutes = inner.cache_ttl_minutes
-        self.supports_native_compaction = inner.supports_native_compaction
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         prompt = self.estimate(request) if self.estimate else 0

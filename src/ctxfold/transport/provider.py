@@ -86,8 +86,6 @@ def serialize_body(body: Mapping[str, Any]) -> bytes:
 class HttpProvider:
     """A :class:`~ctxfold.kernel.contracts.Provider` over the transport's HTTP client."""
 
-    supports_native_compaction = False
-
     def __init__(
         self,
         *,

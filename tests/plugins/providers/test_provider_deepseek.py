@@ -202,7 +202,7 @@ def test_factory_settings_and_protocol(make_provider):
                                                      context_window=65_536))
     assert isinstance(provider, Provider) and isinstance(provider, HttpProvider)
     assert provider.cache_ttl_minutes == 1440 and provider.model == "deepseek-flash"
-    assert provider.context_window == 65_536 and provider.supports_native_compaction is False
+    assert provider.context_window == 65_536
     assert provider.http.url_for("/chat/completions") == "http://127.0.0.1:9/v1/chat/completions"
     ttl = make_provider("deepseek", Recorder(text_stream()),
                         provider=ProviderConfig(name="deepseek", cache_ttl_minutes=30))

@@ -186,7 +186,7 @@ def test_non_streaming_response(make_provider):
 
 def test_cache_ttl_default(make_provider):
     provider = make_provider("responses", Recorder(httpx.Response(200, json={})))
-    assert provider.cache_ttl_minutes == 10 and provider.supports_native_compaction is False
+    assert provider.cache_ttl_minutes == 10
 
 
 def test_every_output_item_goes_back_out_as_it_came(make_provider):

@@ -20,8 +20,6 @@ class FakeProvider:
     name = "fake"
     context_window = 40_000
     cache_ttl_minutes = 60
-    supports_native_compaction = False
-
     def __init__(self, response: ChatResponse | None = None, error: Exception | None = None):
         self.requests: list[ChatRequest] = []
         self.response = response or ChatResponse(

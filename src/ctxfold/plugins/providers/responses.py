@@ -18,7 +18,7 @@ What is sent (``POST {base}/responses``, base ``https://api.openai.com/v1``):
 
 Usage comes from ``response.completed`` (``input_tokens_details.cached_tokens``); overflow is
 ``context_length_exceeded`` in an HTTP 400 body or an in-stream ``error`` event. Native
-(server-side) compaction is not used: ``supports_native_compaction`` is False.
+(server-side) compaction is not used.
 """
 
 from __future__ import annotations
