@@ -247,3 +247,10 @@ def test_when_no_checkpoint_can_be_made_the_prune_is_installed_after_all() -> No
     assert outcome.tokens < 8000
     receipt = c.state.last_receipt
     assert receipt is not None and receipt.action.value == "prune"
+
+
+def test_every_trigger_has_a_summary_budget() -> None:
+    """A trigger without one would be a KeyError in the middle of a prepare()."""
+    from typing import get_args
+
+    assert set(maintenance.MAX_SUMMARIES) == set(get_args(Trigger))

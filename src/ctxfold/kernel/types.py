@@ -21,8 +21,9 @@ import attrs
 Role = Literal["system", "user", "assistant", "tool"]
 Origin = Literal["user", "host"]
 #: Why maintenance ran: ``pressure`` (the automatic trigger), ``manual`` (``compact()``),
-#: ``overflow`` (the provider rejected the request as too long), ``tool`` (legacy receipts).
-Trigger = Literal["pressure", "manual", "overflow", "tool"]
+#: ``overflow`` (the provider rejected the request as too long). A receipt's ``trigger`` is a
+#: plain string, so the labels of older writers (``tool``) still load.
+Trigger = Literal["pressure", "manual", "overflow"]
 
 
 def utc_now() -> str:
