@@ -59,6 +59,9 @@ class ToolCall:
 
 #: The part types whose ``text`` is the message's text (chat and Responses forms).
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+#: The smallest provider prompt the built-in estimators calibrate from (design §2.3: template
+#: overheads dominate below it); the engine names it when it explains a refusal.
+MIN_CALIBRATION_TOKENS = 256
 
 
 @attrs.frozen
