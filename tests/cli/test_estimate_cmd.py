@@ -142,10 +142,12 @@ def test_malformed_files_name_file_and_position(
     assert error["path"] == str(path) and where in error["error"]
 
 
-def test_read_session_file_is_the_reading_seam(tmp_path: Path) -> None:
+def test_read_session_is_the_reading_seam(tmp_path: Path) -> None:
+    from ctxfold.kernel.registry import Registry
+
     path = tmp_path / "s.jsonl"
     path.write_text("\n".join(json.dumps(m) for m in MESSAGES), encoding="utf-8")
-    messages = estimate_cmd.read_session_file(path)
+    messages, _ = estimate_cmd.read_session(path, Registry.from_config(load_entry_points=False))
     assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert messages[2].tool_calls[0].name == "bash"
 

@@ -24,8 +24,8 @@ from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs import FsStore, StoreWarning
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"
-#: The flat fingerprint of the fixtures' 4 covered messages (what sidecars held before the
-#: covered-prefix hash became a chain) and the chain those load as.
+#: The flat fingerprint of the fixtures' 4 covered messages (what ctxfold 0.1.0's sidecars
+#: held before the covered-prefix hash became a chain) and the chain those load as.
 BOUNDED_HASH = "cbf27bb5284b860074aa45bd88792d14"
 CHAIN_HASH = "b3b03dd557b1b88c1ff8c375f9cef83e"
 
@@ -78,7 +78,7 @@ def test_valid_projection_is_kept_without_notice(
     state, notices = load_sidecar(store, codec, "s", canonical)
     assert notices == []
     assert state.projection is not None and state.projection.covered_count == 4
-    # an older sidecar's flat hash is re-normalised to the chain (persisted by the next save)
+    # a 0.1.0 sidecar's flat hash is re-normalised to the chain (persisted by the next save)
     assert state.projection.covered_prefix_hash == CHAIN_HASH
     assert (store.root / "s.context.json").read_bytes() == before  # load never writes
 

@@ -185,13 +185,6 @@ def test_usage_in_every_shape_and_why_one_was_ignored(tmp_path) -> None:
     assert "image" not in small.reason + other.reason  # only the rule that applied
 
 
-def test_the_refusal_names_the_estimators_own_threshold() -> None:
-    from ctxfold.engine import prepared
-    from ctxfold.plugins.estimators import rules
-
-    assert prepared.MIN_CALIBRATION_TOKENS == rules.MIN_CALIBRATION_TOKENS
-
-
 def test_parts_convert_only_when_they_cross_formats() -> None:
     chat_image = {"type": "image_url", "image_url": {"url": "u", "detail": "low"}}
     assert part_to_responses(chat_image, "user", "w") == {

@@ -114,7 +114,7 @@ def test_v2_with_legacy_snip_receipt(codec: SidecarV3Codec) -> None:
     assert state.last_receipt == Receipt(
         operation_id="op-legacy-7",
         status=ReceiptStatus.APPLIED,
-        action=ReceiptAction.SNIP,
+        action=ReceiptAction.PRUNE,  # the legacy "snip" reads as what it did
         trigger="snip",
         projection_version=2,
         covered_count=4,
@@ -167,7 +167,7 @@ def test_v3_with_legacy_fields(codec: SidecarV3Codec) -> None:
     assert state.generation == 6
     receipt = state.last_receipt
     assert receipt is not None
-    assert receipt.action is ReceiptAction.NATIVE_TOOL_CLEAR
+    assert receipt.action is ReceiptAction.PRUNE  # the legacy "native_tool_clear"
     assert receipt.status is ReceiptStatus.BLOCKED
     assert receipt.reason == "native context editing rejected by provider"
     assert receipt.generation == 6
@@ -318,10 +318,26 @@ def test_non_object_documents_are_invalid(codec: SidecarV3Codec, document: Any) 
         codec.decode(document)
 
 
-def test_legacy_receipt_action_is_carried_over_verbatim(codec: SidecarV3Codec) -> None:
-    # A legacy action read from an old file is carried as-is (readable, not rewritten).
-    state = codec.decode(fixture("v2.json"))
-    assert codec.encode(state)["last_receipt"]["action"] == "snip"
+def test_legacy_receipt_actions_load_as_prune_and_are_written_so(
+        codec: SidecarV3Codec) -> None:
+    for label in ("snip", "native_tool_clear"):
+        data = fixture("v3.json")
+        data["last_receipt"]["action"] = label
+        state = codec.decode(data)
+        assert state.last_receipt is not None
+        assert state.last_receipt.action is ReceiptAction.PRUNE
+        assert state.projection is not None and state.generation == 3
+        assert codec.encode(state)["last_receipt"]["action"] == "prune"
+
+
+def test_a_legacy_planned_receipt_loads_as_none_and_the_rest_stays(
+        codec: SidecarV3Codec) -> None:
+    # "planned" was an operation its writer had not carried out: nothing to report.
+    data = fixture("v2.json")
+    data["last_receipt"]["status"] = "planned"
+    state = codec.decode(data)
+    assert state.last_receipt is None
+    assert state.projection is not None and state.generation == 4
 
 
 # -- property: encode/decode round trip --------------------------------------------------------

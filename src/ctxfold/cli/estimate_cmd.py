@@ -63,17 +63,6 @@ def read_session(
     return list(session.messages), list(session.tools)
 
 
-def read_session_file(
-    path: str | Path, registry: Any = None, fmt: str | None = None
-) -> list[Message]:
-    """The messages of one session file (any importer format)."""
-    if registry is None:
-        from ctxfold.kernel.registry import Registry
-
-        registry = Registry.from_config()
-    return read_session(path, registry, fmt)[0]
-
-
 def read_tools_file(path: str | Path) -> list[ToolSchema]:
     """Tool schemas from a JSON list of OpenAI ``{"type": "function", "function": ...}``."""
     from ctxfold.interop.chat import tool_schema_from_openai

@@ -457,9 +457,12 @@ class ContextManager:
         return session_budget.fold_answer(before, folded)
 
     def prune_stale_tool_results(self) -> int:
-        return 0  # compatibility no-op: pruning only happens under pressure
+        """A compatibility no-op that returns 0 (design §8.2): pruning happens only under
+        pressure, inside ``prepare()``. ``snip_stale_tool_results`` is the same no-op (the
+        snip it named is retired); both stay so that old callers keep working."""
+        return 0
 
-    snip_stale_tool_results = prune_stale_tool_results  # compatibility no-op: snipping retired
+    snip_stale_tool_results = prune_stale_tool_results
 
     # -- one model turn ----------------------------------------------------------------------
 

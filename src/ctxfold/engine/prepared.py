@@ -20,6 +20,7 @@ from ctxfold.kernel.kinds import ProviderDefaults
 from ctxfold.kernel.outcome import Outcome, PrepareAction
 from ctxfold.kernel.state import CacheState, Projection, label_cache
 from ctxfold.kernel.types import (
+    MIN_CALIBRATION_TOKENS,
     TEXT_PART_TYPES,
     Message,
     RequestShape,
@@ -180,11 +181,6 @@ def calibrate(estimator: Estimator, shape: RequestShape | None, usage: Usage
     if estimator.calibrate(shape, usage):
         return UsageObservation(True, "recorded and calibrated")
     return UsageObservation(False, calibration_refusal(usage, shape))
-
-
-#: The built-in estimators' smallest calibrating prompt (``MIN_CALIBRATION_TOKENS``; a test
-#: keeps the two equal), named in the refusal.
-MIN_CALIBRATION_TOKENS = 256
 
 
 def calibration_refusal(usage: Usage, shape: RequestShape | None = None) -> str:

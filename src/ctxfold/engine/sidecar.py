@@ -197,7 +197,7 @@ def validate_projection(
 
     Valid when the body is non-empty, ``0 < covered_count <= len(canonical)`` and the stored
     ``covered_prefix_hash`` equals the hash of ``canonical[:covered_count]`` (the chain, or
-    the flat fingerprint an older sidecar holds, then re-normalised to the chain) — also
+    ctxfold 0.1.0's flat hash, :func:`_is_0_1_flat_hash`, re-normalised to the chain) — also
     after substituting the body's own leading system messages for canonical's (a refreshed
     system prompt: the body's system messages are then refreshed from canonical and the hash
     re-normalised). A hash that equals the *promoted* form (tool ``content`` replaced by
@@ -222,7 +222,7 @@ def validate_projection(
     if stored == current:
         return state, []
     covered = list(canonical[:count])
-    if fingerprint(covered) == stored:  # written before the hash became a chain
+    if _is_0_1_flat_hash(stored, covered):
         new = attrs.evolve(projection, covered_prefix_hash=current)
         return attrs.evolve(state, projection=new), []
     body_sys, canon_sys = _leading_system(body), _leading_system(covered)
@@ -231,7 +231,7 @@ def validate_projection(
         refreshed = [*body[:body_sys], *covered[canon_sys:]]
         candidates += [("system", refreshed), ("promoted+system", _promoted(refreshed))]
     for kind, form in candidates:
-        if stored in (chain_hash(form), fingerprint(form)):
+        if stored == chain_hash(form) or _is_0_1_flat_hash(stored, form):
             new_body = body
             if kind != "promoted":
                 new_body = (*covered[:canon_sys], *body[body_sys:])
@@ -249,6 +249,16 @@ def validate_projection(
         f"{where}saved projection dropped (it no longer matches the first {count} transcript "
         "messages); using the full transcript, receipts kept",
     )
+
+
+def _is_0_1_flat_hash(stored: str, prefix: Sequence[Message]) -> bool:
+    """Whether ``stored`` is the covered-prefix hash ctxfold 0.1.0 wrote for ``prefix``: the
+    flat fingerprint of the whole prefix, before the hash became a chain (design §5.3).
+
+    Those sidecars are released data, so they load as valid and are re-normalised to the
+    chain (the next save persists it); this is the one place that reads the flat form.
+    """
+    return fingerprint(prefix) == stored
 
 
 def _drop(state: SidecarState, notice: str) -> tuple[SidecarState, list[str]]:

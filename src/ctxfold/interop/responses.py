@@ -29,7 +29,6 @@ import attrs
 from ctxfold.interop.chat import (
     dumps,
     function_fields,
-    tool_schema_from_openai,
 )
 from ctxfold.interop.parts import part_to_responses, parts_of
 from ctxfold.kernel.errors import MessageError
@@ -219,7 +218,3 @@ def messages_from_items(items: Iterable[Mapping[str, Any]], *, where: str = "inp
                                "function_call_output")
     return out
 
-
-def tools_from_responses(tools: Iterable[Mapping[str, Any]]) -> list[ToolSchema]:
-    """Tool schemas from Responses (or chat) function tools."""
-    return [tool_schema_from_openai(t, where=f"tools[{i}]") for i, t in enumerate(tools)]

@@ -68,7 +68,6 @@ class Run:
     def __init__(self, ctx: MaintenanceContext, view: list[Message], tokens: int) -> None:
         self.ctx = ctx
         self.canonical = ctx.canonical
-        self.resynced = False
         self.view, self.tokens = view, tokens
         self.latches = ctx.latches
         self.summary_calls = 0
@@ -84,7 +83,7 @@ class Run:
         return Outcome(
             view=self.view, tokens=self.tokens, action=self.action,
             summary_calls=self.summary_calls, pruned=self.pruned, latches=self.latches,
-            canonical=self.canonical if self.resynced else None, error=error,
+            error=error,
         )
 
     def estimate(self, messages: Sequence[Message]) -> int:
@@ -151,7 +150,7 @@ class Run:
             # Another process may also have appended messages: work from what is stored.
             reread = yield RESYNC
             if isinstance(reread, Sequence):  # the stored transcript, whatever its length
-                self.canonical, self.resynced = reread, True
+                self.canonical = reread
             self.refresh()
             self.receipt(ReceiptStatus.BLOCKED, STALE, action)
             return False

@@ -91,9 +91,9 @@ class MaintenanceContext:
 
 @attrs.frozen
 class Outcome:
-    """What ``prepare()`` ends with. ``canonical`` is the re-read transcript when a lost
-    CAS made maintenance re-read it (``None`` otherwise); ``error`` is raised by the engine
-    after it applied the rest (latches, transcript)."""
+    """What ``prepare()`` ends with. ``error`` is raised by the engine after it applied the
+    rest (latches); a transcript re-read after a lost CAS is the engine's own (it answered
+    the :data:`RESYNC`)."""
 
     view: list[Message]
     tokens: int
@@ -101,7 +101,6 @@ class Outcome:
     summary_calls: int
     pruned: bool
     latches: Latches
-    canonical: Sequence[Message] | None = None
     error: CtxfoldError | None = None
 
 

@@ -36,7 +36,6 @@ class CacheState(enum.StrEnum):
 
 
 class ReceiptStatus(enum.StrEnum):
-    PLANNED = "planned"
     APPLIED = "applied"
     NOOP = "noop"
     BLOCKED = "blocked"
@@ -47,9 +46,6 @@ class ReceiptAction(enum.StrEnum):
     PRUNE = "prune"
     SUMMARY = "summary"
     NOOP = "noop"
-    # Legacy actions: readable in old sidecars, never written.
-    SNIP = "snip"
-    NATIVE_TOOL_CLEAR = "native_tool_clear"
 
 
 @attrs.frozen

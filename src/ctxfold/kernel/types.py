@@ -21,8 +21,9 @@ import attrs
 Role = Literal["system", "user", "assistant", "tool"]
 Origin = Literal["user", "host"]
 #: Why maintenance ran: ``pressure`` (the automatic trigger), ``manual`` (``compact()``),
-#: ``overflow`` (the provider rejected the request as too long), ``tool`` (legacy receipts).
-Trigger = Literal["pressure", "manual", "overflow", "tool"]
+#: ``overflow`` (the provider rejected the request as too long). A receipt's ``trigger`` is a
+#: plain string, so the labels of older writers (``tool``) still load.
+Trigger = Literal["pressure", "manual", "overflow"]
 
 
 def utc_now() -> str:
@@ -58,6 +59,9 @@ class ToolCall:
 
 #: The part types whose ``text`` is the message's text (chat and Responses forms).
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+#: The smallest provider prompt the built-in estimators calibrate from (design §2.3: template
+#: overheads dominate below it); the engine names it when it explains a refusal.
+MIN_CALIBRATION_TOKENS = 256
 
 
 @attrs.frozen

@@ -9,12 +9,14 @@ Historic forms (design §5.5) and how they are read (details in ``docs/formats.m
   the ``last_*``/``blocked_*`` mirrors.
 * **v3**: the current form; earlier writers also left legacy native-editing flags.
 
-Legacy fields are accepted and ignored, and never written. Legacy receipt actions ``snip``
-and ``native_tool_clear`` stay readable. A receipt whose ``status`` or ``action`` is not a
-known label is dropped (receipts are diagnostics, and an unknown label cannot be acted on);
-an unknown cache-state label reads as ``unknown``. A schema above 3 raises
-:class:`SidecarVersionError`. Everything else that is not the documented shape raises
-:class:`SidecarError`, and the kernel discards the file and rebuilds.
+Legacy fields are accepted and ignored, and never written. Legacy receipt actions are
+mapped on read (:data:`LEGACY_RECEIPT_ACTIONS`: ``snip`` and ``native_tool_clear`` read as
+``prune``). A receipt whose ``status`` or ``action`` is not a known label is dropped
+(receipts are diagnostics, and an unknown label cannot be acted on) — so is a legacy
+``planned`` receipt, an operation its writer had not carried out. An unknown cache-state
+label reads as ``unknown``. A schema above 3 raises :class:`SidecarVersionError`.
+Everything else that is not the documented shape raises :class:`SidecarError`, and the
+kernel discards the file and rebuilds.
 
 Decoding is strict about types (a string where a count belongs is an error, not a
 coercion) so a damaged file is recognised as damaged.
@@ -56,6 +58,10 @@ LEGACY_FIELDS = (
     "native_context_editing_accepted",
     "context_editing_fallback_local",
 )
+#: Receipt actions of older writers, read as the action they are now: both cut tool results
+#: out of the view, which is what a prune does. Re-encoding writes the new label.
+LEGACY_RECEIPT_ACTIONS = {"snip": ReceiptAction.PRUNE.value,
+                          "native_tool_clear": ReceiptAction.PRUNE.value}
 _TELEMETRY_KINDS = frozenset(("prepare", "install", "resume", "thrash"))
 _SETTINGS = frozenset(f.name for f in attrs.fields(SessionSettings))
 
@@ -161,11 +167,13 @@ class SidecarV3Codec:
                 f"sidecar.last_receipt must be an object, got {type(data).__name__}"
             )
         status, action = data.get("status"), data.get("action")
+        if isinstance(action, str):
+            action = LEGACY_RECEIPT_ACTIONS.get(action, action)
         # Labels are strings: anything else (a list, an object) is an unknown label, dropped.
         if not (isinstance(status, str) and status in set(ReceiptStatus)
                 and isinstance(action, str) and action in set(ReceiptAction)):
             return None
-        fields = dict(data)
+        fields = {**data, "action": action}
         # Receipts before ctxfold's own v3 had no generation: they were recorded at the
         # state's generation (a blocked receipt does not bump it).
         fields.setdefault("generation", generation)

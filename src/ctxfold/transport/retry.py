@@ -20,11 +20,6 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429})
 MAX_RETRY_AFTER = 60.0
 
 
-def retryable_status(status: int) -> bool:
-    """Whether a response with HTTP ``status`` may be retried."""
-    return status in RETRYABLE_STATUSES or status >= 500
-
-
 def calculate_retry_timeout(
     attempt: int,
     headers: Mapping[str, str] | None = None,

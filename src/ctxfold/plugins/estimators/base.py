@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ctxfold.kernel.fingerprint import message_fingerprint
 from ctxfold.kernel.types import (
+    MIN_CALIBRATION_TOKENS,
     Message,
     RequestShape,
     TextStats,
@@ -40,7 +41,6 @@ from ctxfold.plugins.estimators._cache import LRUCache
 from ctxfold.plugins.estimators.rules import (
     COLD_CJK_TOKENS_PER_CHAR,
     DEFAULT_CACHE_SIZE,
-    MIN_CALIBRATION_TOKENS,
     NON_TEXT_PART_TOKENS,
     SANITY_MAX_TOKENS_PER_CHAR,
     SANITY_MIN_TOKENS_PER_CHAR,

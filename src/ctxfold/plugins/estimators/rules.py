@@ -19,8 +19,6 @@ DEFAULT_CACHE_SIZE = 100_000
 #: Tokens counted for one non-text content part (image, audio, file): OpenAI's count for a
 #: 1024×1024 image at high detail (85 + 4 × 170, https://platform.openai.com/docs/guides/images-vision).
 NON_TEXT_PART_TOKENS = 765
-#: Smallest provider prompt that may calibrate (template overheads dominate below it).
-MIN_CALIBRATION_TOKENS = 256
 
 # Han (incl. extensions and compatibility ideographs), CJK punctuation, Hiragana, Katakana,
 # Hangul (syllables and jamo) and the halfwidth/fullwidth forms block.
