@@ -38,6 +38,15 @@ EMULATOR_KEY_ENV = "CTXFOLD_CLIENTS_EMULATOR_KEY"
 
 KeyMode = Literal["forwarded", "configured"]
 CTXFOLD = str(Path(sys.executable).with_name("ctxfold"))
+#: The turn number the client wrote in its newest message, as an emulator rule template (it
+#: survives the proxy's folding, which a count of the request's messages does not).
+TURN = "{{match:Turn ([0-9]+)}}"
+
+
+def print_filler(step: str, repeat: int = 200) -> str:
+    """The shell command a rule has the model run: step ``step``'s numbered filler text."""
+    return ("python3 -c \"print('CTXFOLD-STEP-" + step + " ' + 'lorem ipsum dolor sit amet, "
+            f"consectetur adipiscing elit ' * {repeat})\"")
 
 
 def _start(argv: Sequence[str], *, env: Mapping[str, str], log: Path,

@@ -21,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 from tests.clients.harness import (
+    TURN,
     Stack,
     check_run,
     client_env,
@@ -28,10 +29,6 @@ from tests.clients.harness import (
     running,
     venv_python,
 )
-
-#: The turn number the client wrote in its newest message (it survives the proxy's folding,
-#: which a count of the request's messages does not).
-TURN = "{{match:Turn ([0-9]+)}}"
 
 TURNS = 18
 #: The window ctxfold maintains, and the input window aider is told its model has. Aider

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 from tests.clients.harness import (
+    TURN,
     Stack,
     check_run,
     client_env,
@@ -27,10 +28,6 @@ from tests.clients.harness import (
     tool_rounds,
     venv_python,
 )
-
-#: The turn number the client wrote in its newest message (it survives the proxy's folding,
-#: which a count of the request's messages does not).
-TURN = "{{match:Turn ([0-9]+)}}"
 
 TURNS = 16
 REWIND_BACK = 3

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 from tests.clients.harness import (
+    TURN,
     Stack,
     check_client,
     check_run,
@@ -26,10 +27,6 @@ from tests.clients.harness import (
     tool_rounds,
     venv_python,
 )
-
-#: The turn number the client wrote in its newest message (it survives the proxy's folding,
-#: which a count of the request's messages does not).
-TURN = "{{match:Turn ([0-9]+)}}"
 
 TURNS = 16
 REWIND_BACK = 3

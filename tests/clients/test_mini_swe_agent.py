@@ -17,6 +17,7 @@ from tests.clients.harness import (
     check_client,
     check_run,
     client_env,
+    print_filler,
     run_client,
     running,
     tool,
@@ -28,8 +29,7 @@ FORK_AT = 14  # from this round on, each command also prints marker.txt (differs
 #: The step number comes from the newest marker the agent printed, not from how many tool
 #: results the request holds: once the proxy folds a checkpoint, it holds fewer.
 STEP = "{{next:CTXFOLD-STEP-([0-9]+)}}"
-PRINT = ("python3 -c \"print('CTXFOLD-STEP-" + STEP + " ' + 'lorem ipsum dolor sit amet, "
-         "consectetur adipiscing elit ' * 120)\"")
+PRINT = print_filler(STEP, 120)
 DONE = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 TASK = "Print the numbered filler text, step by step, then submit."
 

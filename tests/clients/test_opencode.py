@@ -18,10 +18,12 @@ import json
 from pathlib import Path
 
 from tests.clients.harness import (
+    TURN,
     Stack,
     check_client,
     check_run,
     client_env,
+    print_filler,
     reached_upstream,
     run_client,
     running,
@@ -29,13 +31,8 @@ from tests.clients.harness import (
     tool_rounds,
 )
 
-#: The turn number the client wrote in its newest message (it survives the proxy's folding,
-#: which a count of the request's messages does not).
-TURN = "{{match:Turn ([0-9]+)}}"
-
 TURNS = 14
-PRINT = ("python3 -c \"print('CTXFOLD-STEP-" + TURN + " ' + 'lorem ipsum dolor sit amet, "
-         "consectetur adipiscing elit ' * 200)\"")
+PRINT = print_filler(TURN)
 SPACED = json.dumps({"command": PRINT, "description": "Print step " + TURN + " of the filler"},
                     separators=(", ", ": "))
 
