@@ -68,14 +68,12 @@ class LedgerEntry:
 
     def summary_cost(self, hit: float, miss: float, output: float) -> float:
         """The summary request(s) at these prices (per 1M tokens)."""
-        return (self.summary_read * hit + (self.summary_input - self.summary_read) * miss
-                + self.summary_output * output) / PER_MILLION
+        return summary_cost(self, hit, miss, output)
 
     def net_saving(self, hit: float, miss: float, output: float) -> float:
         """The saving against not folding at these prices (per 1M tokens; negative: the
         fold cost more than it saved so far)."""
-        return ((self.not_sent * hit - self.rewritten * (miss - hit)) / PER_MILLION
-                - self.summary_cost(hit, miss, output))
+        return net_saving(self, hit, miss, output)
 
 
 @attrs.frozen
@@ -113,10 +111,24 @@ class LedgerTotal:
 
     def summary_cost(self, hit: float, miss: float, output: float) -> float:
         """Every summary request at these prices (per 1M tokens)."""
-        return (self.summary_read * hit + (self.summary_input - self.summary_read) * miss
-                + self.summary_output * output) / PER_MILLION
+        return summary_cost(self, hit, miss, output)
 
     def net_saving(self, hit: float, miss: float, output: float) -> float:
         """The sum of the entries' :meth:`LedgerEntry.net_saving` (it is linear)."""
-        return ((self.not_sent * hit - self.rewritten * (miss - hit)) / PER_MILLION
-                - self.summary_cost(hit, miss, output))
+        return net_saving(self, hit, miss, output)
+
+
+def summary_cost(tokens: LedgerEntry | LedgerTotal, hit: float, miss: float,
+                 output: float) -> float:
+    """Summary tokens at these prices (USD per 1M tokens): the read part at ``hit``, the rest
+    of the input at ``miss``, the output at ``output``."""
+    return (tokens.summary_read * hit + (tokens.summary_input - tokens.summary_read) * miss
+            + tokens.summary_output * output) / PER_MILLION
+
+
+def net_saving(tokens: LedgerEntry | LedgerTotal, hit: float, miss: float,
+               output: float) -> float:
+    """The module docstring's formula: tokens not sent at ``hit``, less the rewritten prefix
+    at ``miss − hit``, less the summaries."""
+    return ((tokens.not_sent * hit - tokens.rewritten * (miss - hit)) / PER_MILLION
+            - summary_cost(tokens, hit, miss, output))
