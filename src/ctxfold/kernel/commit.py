@@ -253,45 +253,40 @@ class Committer:
             self.cached_tokens = None
             return
         self.cached_tokens = usage.prompt_tokens + usage.completion_tokens
-        entry = self._open_ledger()
-        if entry is not None and entry.estimated and entry.requests == 1:  # its first
+
+        def measured(entry: LedgerEntry) -> LedgerEntry | None:
+            if not entry.estimated or entry.requests != 1:  # measured by its first request
+                return None
             cached = entry.read + entry.invalidated  # as estimated at the install
-            self._set_ledger(attrs.evolve(
-                entry, read=usage.cache_hit_tokens, written=usage.cache_miss_tokens,
-                invalidated=max(cached - usage.cache_hit_tokens, 0), estimated=False))
+            return attrs.evolve(entry, read=usage.cache_hit_tokens,
+                                written=usage.cache_miss_tokens,
+                                invalidated=max(cached - usage.cache_hit_tokens, 0),
+                                estimated=False)
+
+        self._update_ledger(measured)
 
     def count_request(self) -> None:
         """One more request sent on the current view (in memory; written with the next
         record)."""
-        entry = self._open_ledger()
-        if entry is not None:
-            self._set_ledger(attrs.evolve(entry, requests=entry.requests + 1))
+        self._update_ledger(lambda entry: attrs.evolve(entry, requests=entry.requests + 1))
 
-    def _open_ledger(self) -> LedgerEntry | None:
-        """The ledger entry of the install that made the current view, if still held."""
-        found = self._open_index()
-        return None if found is None else self.state.telemetry[found].ledger
-
-    def _open_index(self) -> int | None:
+    def _update_ledger(self, change: Callable[[LedgerEntry], LedgerEntry | None]) -> None:
+        """Apply ``change`` to the ledger entry of the install that made the current view,
+        if the telemetry still holds it (``None`` from ``change``: leave it). In memory
+        only, like the settings: observing usage never writes the sidecar."""
         projection = self.state.projection
         if projection is None:
-            return None
+            return
         records = self.state.telemetry
-        for i in range(len(records) - 1, -1, -1):
-            record = records[i]
-            if record.kind == "install":
-                same = (record.projection_version == projection.projection_version
-                        and record.ledger is not None)
-                return i if same else None
-        return None
-
-    def _set_ledger(self, entry: LedgerEntry) -> None:
-        # In memory only, like the settings: observing usage never writes the sidecar.
-        i = self._open_index()
-        if i is not None:
-            records = list(self.state.telemetry)
-            records[i] = attrs.evolve(records[i], ledger=entry)
-            self.state = attrs.evolve(self.state, telemetry=tuple(records))
+        i = next((k for k in range(len(records) - 1, -1, -1)
+                  if records[k].kind == "install"), None)
+        if i is None or records[i].projection_version != projection.projection_version:
+            return
+        entry = records[i].ledger
+        changed = None if entry is None else change(entry)
+        if changed is not None:
+            self.state = attrs.evolve(self.state, telemetry=(
+                *records[:i], attrs.evolve(records[i], ledger=changed), *records[i + 1:]))
 
     def telemetry(self, **fields: Any) -> TelemetryRecord:
         """A telemetry record carrying the cache hits/misses observed since the previous
