@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -246,9 +246,12 @@ def check_fold(session: SessionControl,
     return refused if refused is not None else (request, before)
 
 
-def call_fold(session: SessionControl, arguments: Mapping[str, Any]) -> str:
+def call_fold(session: SessionControl,
+              arguments: Mapping[str, Any]) -> str | Callable[[], str]:
+    """The refusal, or the checked fold to run for the answer (outside the model-input
+    error handling: a store's or a hook's error is raised as itself)."""
     checked = check_fold(session, arguments)
     if isinstance(checked, str):
         return checked
     request, before = checked
-    return fold_answer(before, session.fold(request))
+    return lambda: fold_answer(before, session.fold(request))

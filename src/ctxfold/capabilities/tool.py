@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -69,8 +69,11 @@ CAPABILITIES: dict[str, tuple[Callable[[], dict[str, Any]], Handler]] = {
     session_message.CAPABILITY_ID: (session_message.describe, session_message.call),
 }
 #: Capabilities of the live session (its budget, a fold): answered through the
-#: :class:`~ctxfold.capabilities.session_budget.SessionControl` the engine passes.
-SessionHandler = Callable[[SessionControl, Mapping[str, Any]], str]
+#: :class:`~ctxfold.capabilities.session_budget.SessionControl` the engine passes. A handler
+#: answers text, or — once the model's arguments are checked — the effect to run for the
+#: answer, which runs outside :func:`answering`: its errors are not the model's input.
+SessionHandler = Callable[[SessionControl, Mapping[str, Any]], str | Callable[[], str]]
+T = TypeVar("T")
 SESSION_CAPABILITIES: dict[str, tuple[Callable[[], dict[str, Any]], SessionHandler]] = {
     session_budget.BUDGET_ID: (session_budget.describe_budget, session_budget.call_budget),
     session_budget.FOLD_ID: (session_budget.describe_fold, session_budget.call_fold),
@@ -116,7 +119,7 @@ def requested_capability(arguments: Any) -> str | None:
     return None if parsed is None else parsed[0]
 
 
-def answering(run: Callable[[], str]) -> str:
+def answering(run: Callable[[], T]) -> T | str:
     """``run()``'s answer, or the ``"error: "`` text of the model's bad input it tripped."""
     try:
         return run()
@@ -137,9 +140,7 @@ def handle_use_capability(messages: Sequence[Message], arguments: Any,
     not invalid JSON, not a 5,000-digit number. ``session`` answers ``session:budget`` and
     ``session:fold`` (without one, those answer an error).
     """
-    fold: list[tuple[session_budget.FoldRequest, session_budget.Budget]] = []
-
-    def run() -> str:
+    def run() -> str | Callable[[], str]:
         parsed = parse_call(arguments)
         if parsed is None:
             return json.dumps(capability_list(), ensure_ascii=False, separators=(",", ":"))
@@ -149,19 +150,10 @@ def handle_use_capability(messages: Sequence[Message], arguments: Any,
         if session is None:
             raise ToolResultError(f"{capability_id} needs a live session; answer it with "
                                   "ContextManager.use_capability")
-        if capability_id == session_budget.FOLD_ID:
-            checked = session_budget.check_fold(session, inner)
-            if isinstance(checked, str):
-                return checked
-            fold.append(checked)
-            return ""
         return SESSION_CAPABILITIES[capability_id][1](session, inner)
 
-    text = answering(run)
-    if fold and session is not None:  # checked: the fold itself is not the model's input
-        request, before = fold[0]
-        return session_budget.fold_answer(before, session.fold(request))
-    return text
+    answer = answering(run)
+    return answer if isinstance(answer, str) else answer()
 
 
 def with_capability_tool(tools: tuple[ToolSchema, ...]) -> tuple[ToolSchema, ...]:
