@@ -81,8 +81,9 @@ def main() -> None:
              "to a fresh `ctxfold serve` process (emulator upstream); its peak resident "
              "memory (`VmHWM`) before and after. Past the limit nothing of the body is "
              "parsed (chunked, at most the limit is read); under it the proxy decodes the "
-             "JSON and counts the history's tokens (here one 50 MB message), which is where "
-             "the last row's memory and time go.", "",
+             "JSON, converts the message and counts a window's worth of it before refusing it "
+             "as longer than any request could carry (400), which is where the last row's "
+             "memory and time go.", "",
              "| request | status | peak RSS before → after | time |", "|---|---|---|---|"]
     for label, flags, stream in rows:
         r = measure(flags, data, stream=stream)
