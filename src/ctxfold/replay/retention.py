@@ -4,7 +4,8 @@ The engine's summary check repairs what its own probes (:mod:`ctxfold.engine.pro
 lost, so a score built from those probes is partly guaranteed for ctxfold. This module is the
 replay's headline measure instead. It shares no code with the probes or the check (an
 import-linter contract in ``pyproject.toml`` forbids the engine, the kernel and the plugins to
-import it, and it imports none of them but the kernel's value types):
+import it, and it imports none of them but the kernel's value types — and, for the *needles
+with search* upper bound only, the model-facing ``session:search`` capability it measures):
 
 * **Facts** are tokens of five kinds, drawn with this module's own patterns: file paths (a
   ``/`` between name characters), identifiers (``snake_case``, ``CamelCase``, dotted names
