@@ -58,12 +58,12 @@ class Emulator:
     ``profile``: ``deepseek`` | ``mimo`` | ``responses`` | ``anthropic`` or a
     :class:`Profile`; ``window`` overrides its context window; ``counter``:
     ``counter(text) -> int`` or an object with ``encode(text) -> ids`` (default: the DeepSeek
-    tokenizer); ``clock``: seconds, for cache TTL and ``created`` stamps; ``script``: replies; ``faults``: :class:`Fault` rules;
-    ``log_requests``: a file that gets one masked JSON line per request
-    (:mod:`ctxfold.emulator.request_log`); ``require_key``: when set, every ``POST`` must send
-    ``Authorization: Bearer <require_key>`` (``anthropic``: or ``x-api-key: <require_key>``)
-    and is refused with 401 otherwise, as a provider
-    refuses a missing or wrong key (so a caller that loses the key on the way shows).
+    tokenizer); ``clock``: seconds, for cache TTL and ``created`` stamps; ``script``:
+    replies; ``faults``: :class:`Fault` rules; ``log_requests``: a file that gets one masked
+    JSON line per request (:mod:`ctxfold.emulator.request_log`); ``require_key``: when set,
+    every ``POST`` must send ``Authorization: Bearer <require_key>`` (``anthropic``: or
+    ``x-api-key: <require_key>``) and is refused with 401 otherwise, as a provider refuses a
+    missing or wrong key (so a caller that loses the key on the way shows).
     """
 
     def __init__(
