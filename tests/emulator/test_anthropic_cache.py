@@ -28,7 +28,7 @@ def cache(clock) -> PrefixCache:
 
 def test_block_chain_tells_block_boundaries_apart() -> None:
     ids = list(range(10))
-    assert block_chain(ids, [4, 10])[0] == block_chain(ids[:4] + [99], [4, 5])[0]
+    assert block_chain(ids, [4, 10])[0] == block_chain([*ids[:4], 99], [4, 5])[0]
     # the same tokens cut differently are different prefixes
     assert block_chain(ids, [4, 10])[1] != block_chain(ids, [5, 10])[1]
 
