@@ -272,7 +272,8 @@ def test_missing_max_tokens_is_an_anthropic_error_body(emu) -> None:
                  for i in range(5)], "messages": [{"role": "user", "content": "hi"}]},
      "A maximum of 4 blocks with cache_control may be provided. Found 5."),
     ({"system": system(EPHEMERAL), "messages": [user("hi", HOUR)]},
-     "ttl='1h' must not come after"),
+     "messages.0.content.0.cache_control.ttl: a ttl='1h' cache_control block must not come "
+     "after a ttl='5m' cache_control block."),
     ({"messages": [user("hi"), {"role": "assistant", "content": "ok"},
                    {"role": "user", "content": [{"type": "tool_result",
                                                  "tool_use_id": "toolu_missing",

@@ -84,6 +84,8 @@ class Block:
 
     text: str
     ttl: float | None = None
+    #: Where the block is in the request body (``messages.3.content.1``), for errors.
+    where: str = ""
 
 
 @attrs.frozen
@@ -250,19 +252,20 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
         if tool.get("type", "custom") == "custom" and not isinstance(
                 tool.get("input_schema"), Mapping):
             raise _bad(f"tools.{i}.custom.input_schema: Field required")
-        blocks.append(Block("[tool]" + _canonical(tool), _ttl(tool, f"tools.{i}")))
+        blocks.append(Block("[tool]" + _canonical(tool), _ttl(tool, f"tools.{i}"),
+                            f"tools.{i}"))
     system = body.get("system")
     system_text = ""
     if isinstance(system, str):
         if system:
-            blocks.append(Block("[system]" + system))
+            blocks.append(Block("[system]" + system, None, "system"))
         system_text = system
     elif isinstance(system, list):
         for j, block in enumerate(system):
             if not isinstance(block, Mapping) or block.get("type") != "text":
                 raise _bad(f"system.{j}: system blocks must be text blocks")
             blocks.append(Block(("[system]" if j == 0 else "") + str(block.get("text", "")),
-                                _ttl(block, f"system.{j}")))
+                                _ttl(block, f"system.{j}"), f"system.{j}"))
         system_text = _text_of(system)
     elif system is not None:
         raise _bad("system: Input should be a valid string or list of text blocks")
@@ -275,7 +278,8 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
             text = block["text"] if block.get("type") == "text" and isinstance(
                 block.get("text"), str) else _canonical(block)
             head = f"[{turn.role}]" if k == 0 else ""
-            blocks.append(Block(head + text, _ttl(block, f"messages.{i}.content.{j}")))
+            at = f"messages.{i}.content.{j}"
+            blocks.append(Block(head + text, _ttl(block, at), at))
     # Top-level cache_control ("automatic caching") marks the last block and takes a slot.
     top = _ttl(body, "")
     found = sum(1 for b in blocks if b.ttl is not None) + (top is not None)
@@ -288,8 +292,10 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
     for block in blocks:
         if block.ttl is not None:
             if block.ttl > TTLS["5m"] and seen_short:
-                raise _bad("a cache_control block with ttl='1h' must not come after one with "
-                           "ttl='5m': longer TTLs must come first")
+                raise _bad(f"{block.where}.cache_control.ttl: a ttl='1h' cache_control block "
+                           "must not come after a ttl='5m' cache_control block. Note that "
+                           "blocks are processed in the following order: `tools`, `system`, "
+                           "`messages`.")
             seen_short = seen_short or block.ttl <= TTLS["5m"]
     _check_tool_pairs(turns)
     return AnthropicRequest(
