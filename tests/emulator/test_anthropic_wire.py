@@ -27,6 +27,8 @@ BASH = {"name": "bash", "description": "Run a shell command.",
                          "required": ["command"]}}
 #: 1,500 characters: above the 1,024-token minimum with one token per character.
 LONG_SYSTEM = "You are a careful assistant. " * 52
+#: The header every Anthropic client sends (the SDK's default version).
+VERSION = {"anthropic-version": "2023-06-01"}
 
 
 def client_for(emu: Emulator) -> anthropic.Anthropic:
@@ -126,7 +128,7 @@ def test_streams_assemble_in_the_sdk(chars, clock) -> None:
 def test_the_raw_stream_has_event_names_and_a_ping(emu) -> None:
     body = {"model": MODEL, "max_tokens": 50, "stream": True,
             "messages": [{"role": "user", "content": "hi"}]}
-    with httpx.Client(base_url=emu.base_url, timeout=10) as client, \
+    with httpx.Client(base_url=emu.base_url, timeout=10, headers=VERSION) as client, \
             client.stream("POST", "/v1/messages", json=body) as response:
         names = [line[7:] for line in response.iter_lines() if line.startswith("event: ")]
         assert response.headers["request-id"].startswith("req_")
@@ -245,7 +247,7 @@ def test_entries_expire_after_their_ttl(emu, clock) -> None:
 def test_top_level_cache_control_marks_the_last_block(emu) -> None:
     body = {"model": MODEL, "max_tokens": 10, "system": LONG_SYSTEM,
             "cache_control": EPHEMERAL, "messages": [{"role": "user", "content": "hi"}]}
-    with httpx.Client(base_url=emu.base_url, timeout=10) as client:
+    with httpx.Client(base_url=emu.base_url, timeout=10, headers=VERSION) as client:
         first = client.post("/v1/messages", json=body).json()["usage"]
         second = client.post("/v1/messages", json=body).json()["usage"]
     whole = len("[system]" + LONG_SYSTEM + "[user]hi")
@@ -257,7 +259,7 @@ def test_top_level_cache_control_marks_the_last_block(emu) -> None:
 # -- validation and faults ---------------------------------------------------------------------
 
 def test_missing_max_tokens_is_an_anthropic_error_body(emu) -> None:
-    with httpx.Client(base_url=emu.base_url, timeout=10) as client:
+    with httpx.Client(base_url=emu.base_url, timeout=10, headers=VERSION) as client:
         response = client.post("/v1/messages", json={
             "model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
     assert response.status_code == 400
@@ -265,6 +267,16 @@ def test_missing_max_tokens_is_an_anthropic_error_body(emu) -> None:
     assert body["type"] == "error" and body["error"] == {
         "type": "invalid_request_error", "message": "max_tokens: Field required"}
     assert body["request_id"] == response.headers["request-id"]
+
+
+def test_the_version_header_is_required(emu) -> None:
+    body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=emu.base_url, timeout=10) as client:
+        without = client.post("/v1/messages", json=body)
+        with_it = client.post("/v1/messages", json=body, headers=VERSION)
+    assert without.status_code == 400
+    assert without.json()["error"]["message"] == "anthropic-version: header is required"
+    assert with_it.status_code == 200
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

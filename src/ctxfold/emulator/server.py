@@ -166,7 +166,7 @@ class Emulator:
             outcome = self._unauthorized(index, path)
         else:
             fault = self.faults.take(index)
-            outcome = self._answer(index, path, raw, fault)
+            outcome = self._answer(index, path, raw, fault, headers or {})
             if fault is not None:
                 outcome = shaped(outcome, fault, bearer(headers or {}), self.profile.wire)
         if self.profile.wire == "anthropic":
@@ -239,10 +239,11 @@ class Emulator:
         return RequestRecord(index=index, path=path, body=body, status=status,
                              fault=fault.kind if fault else None, **fields)
 
-    def _answer(self, index: int, path: str, raw: bytes, fault: Fault | None) -> Outcome:
+    def _answer(self, index: int, path: str, raw: bytes, fault: Fault | None,
+                headers: Mapping[str, str]) -> Outcome:
         profile = self.profile
         if profile.wire == "anthropic":
-            return self._answer_anthropic(index, path, raw, fault)
+            return self._answer_anthropic(index, path, raw, fault, headers)
         paths = CHAT_PATHS if profile.wire == "chat" else RESPONSES_PATHS
         try:
             body = json.loads(raw or b"null")
@@ -346,9 +347,11 @@ class Emulator:
         return Outcome(200, json_body, fault=fault, record=record)
 
 
-    def _answer_anthropic(self, index: int, path: str, raw: bytes,
-                          fault: Fault | None) -> Outcome:
-        """``POST /v1/messages`` and ``/v1/messages/count_tokens`` (:mod:`.wire_anthropic`)."""
+    def _answer_anthropic(self, index: int, path: str, raw: bytes, fault: Fault | None,
+                          headers: Mapping[str, str]) -> Outcome:
+        """``POST /v1/messages`` and ``/v1/messages/count_tokens`` (:mod:`.wire_anthropic`).
+        The ``anthropic-version`` header is required, as by the API
+        (https://platform.claude.com/docs/en/api/versioning)."""
         profile = self.profile
         request_id = _request_id(index)
 
@@ -362,6 +365,8 @@ class Emulator:
             body = None
         if not isinstance(body, dict):
             return refused(400, {}, "Invalid JSON: the request body must be a JSON object")
+        if not any(k.lower() == "anthropic-version" for k in headers):
+            return refused(400, body, "anthropic-version: header is required")
         counting = path in wire_anthropic.COUNT_PATHS
         if not counting and path not in wire_anthropic.MESSAGES_PATHS:
             return refused(404, body, f"no route {path!r} on the anthropic emulator; use "

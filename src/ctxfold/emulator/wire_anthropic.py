@@ -5,7 +5,8 @@ ctxfold's own Anthropic conversion, and a check must not share code with what it
 
 What the real API does, and so the emulator (sources in ``docs/emulator.md``):
 
-* Requests — ``model`` and ``max_tokens`` are required
+* Requests — the ``anthropic-version`` header (checked by the server), ``model`` and
+  ``max_tokens`` are required
   (https://platform.claude.com/docs/en/api/messages); consecutive ``user`` or ``assistant``
   messages are combined into one turn (the ``messages`` field's doc in the official SDK), so
   roles need not alternate; a ``tool_result`` must answer a ``tool_use`` of the message just
