@@ -297,6 +297,20 @@ def test_the_version_header_is_required(emu) -> None:
      "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after"),
     ({"messages": [{"role": "system", "content": "hi"}]},
      "messages.0.role: Input should be 'user' or 'assistant'"),
+    ({"messages": [user("hi"), {"role": "assistant", "content": [
+        {"type": "text", "text": ""},
+        {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}}]},
+                   {"role": "user", "content": [{"type": "tool_result",
+                                                 "tool_use_id": "toolu_1", "content": "x"}]}]},
+     "messages: text content blocks must be non-empty"),
+    ({"messages": [user(" \n")]},
+     "messages: text content blocks must contain non-whitespace text"),
+    ({"messages": [user("", EPHEMERAL)]},
+     "messages.0.content.0.text: cache_control cannot be set for empty text blocks"),
+    ({"messages": [{"role": "user", "content": []}]},
+     "messages.0: all messages must have non-empty content"),
+    ({"messages": [user("hi")], "thinking": {"type": "enabled", "budget_tokens": 2000}},
+     "`max_tokens` must be greater than `thinking.budget_tokens`"),
 ])
 def test_invalid_requests_are_bad_request_errors(emu, kwargs: dict[str, Any],
                                                  message: str) -> None:
@@ -314,6 +328,9 @@ def test_consecutive_turns_of_one_role_are_combined_not_refused(emu) -> None:
         {"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
     starts_with_assistant = client.messages.create(model=MODEL, max_tokens=100, messages=[
         {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "hi"}])
+    prefill = client.messages.create(model=MODEL, max_tokens=100, messages=[
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}])
+    assert prefill.content
     assert merged.stop_reason == starts_with_assistant.stop_reason == "end_turn"
     # combined: one role marker for both blocks
     assert merged.usage.input_tokens == len("[user]one") + len("two")

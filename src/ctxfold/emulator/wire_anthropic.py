@@ -246,6 +246,8 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
                        "maximum allowed number of output tokens for "
                        f"{body.get('model') or profile.model}")
     turns = _turns(body.get("messages"))
+    if not count_only:
+        _check_thinking(body, int(max_tokens or 0))
     blocks: list[Block] = []
     for i, tool in enumerate(body.get("tools") or ()):
         if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
@@ -265,13 +267,20 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
         for j, block in enumerate(system):
             if not isinstance(block, Mapping) or block.get("type") != "text":
                 raise _bad(f"system.{j}: system blocks must be text blocks")
+            _check_text(block, f"system.{j}", "system")
             blocks.append(Block(("[system]" if j == 0 else "") + str(block.get("text", "")),
                                 _ttl(block, f"system.{j}"), f"system.{j}"))
         system_text = _text_of(system)
     elif system is not None:
         raise _bad("system: Input should be a valid string or list of text blocks")
-    for turn in turns:
+    for t, turn in enumerate(turns):
+        prefill = t == len(turns) - 1 and turn.role == "assistant"
+        if not turn.blocks and not prefill:
+            raise _bad(f"messages.{t}: all messages must have non-empty content except for "
+                       "the optional final assistant message")
         for k, (i, j, block) in enumerate(turn.blocks):
+            if block.get("type") == "text" and not prefill:
+                _check_text(block, f"messages.{i}.content.{j}", "messages")
             if block.get("type") in ("thinking", "redacted_thinking") and \
                     block.get("cache_control") is not None:
                 raise _bad(f"messages.{i}.content.{j}.{block['type']}.cache_control: "
@@ -303,6 +312,34 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
         model=str(body.get("model") or profile.model), stream=bool(body.get("stream")),
         max_tokens=int(max_tokens or 0), blocks=tuple(blocks),
         messages=_view(system_text, turns))
+
+
+def _check_text(block: Mapping[str, Any], where: str, field: str) -> None:
+    """Empty and blank text blocks are refused (wording as quoted in
+    anthropics/claude-code#59812, #23440, #62379)."""
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise _bad(f"{where}.text: Input should be a valid string")
+    if not text and block.get("cache_control") is not None:
+        raise _bad(f"{where}.text: cache_control cannot be set for empty text blocks")
+    if not text:
+        raise _bad(f"{field}: text content blocks must be non-empty")
+    if not text.strip():
+        raise _bad(f"{field}: text content blocks must contain non-whitespace text")
+
+
+def _check_thinking(body: Mapping[str, Any], max_tokens: int) -> None:
+    """``thinking.budget_tokens``: at least 1,024 and below ``max_tokens``
+    (https://platform.claude.com/docs/en/build-with-claude/extended-thinking)."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, Mapping) or thinking.get("type") != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < 1024:
+        raise _bad("thinking.enabled.budget_tokens: Input should be greater than or equal to "
+                   "1024")
+    if max_tokens <= budget:
+        raise _bad("`max_tokens` must be greater than `thinking.budget_tokens`")
 
 
 def overflow_error(profile: Profile, prompt: int, max_tokens: int) -> WireError | None:
