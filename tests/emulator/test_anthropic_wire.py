@@ -192,6 +192,9 @@ def test_turn_two_reads_turn_one_and_writes_only_the_new_part(emu) -> None:
     new = len("[assistant]OK.") + len("[user]Question two?")
     assert (second.usage.cache_read_input_tokens, second.usage.cache_creation_input_tokens,
             second.usage.input_tokens) == (head, new, 0)
+    record = emu.requests[-1]  # the server-side view a measurement reads
+    assert (record.prompt_tokens, record.cache_hit_tokens, record.cache_write_tokens) == (
+        head + new, head, new)
     counted = client.messages.count_tokens(model=MODEL, system=system(),
                                            messages=history)  # type: ignore[arg-type]
     assert counted.input_tokens == head + new

@@ -411,7 +411,8 @@ class Emulator:
         output = len(self.tokens.encode(wire_anthropic.output_text(blocks))) if blocks else 0
         usage = wire_anthropic.usage_dict(result, output)
         record = self._record(index, path, body, 200, fault, usage=usage, prompt_tokens=prompt,
-                              cache_hit_tokens=result.read, completion_tokens=output)
+                              cache_hit_tokens=result.read, completion_tokens=output,
+                              cache_write_tokens=result.written())
         if parsed.stream:
             events = list(wire_anthropic.message_stream(parsed, blocks, reason, usage,
                                                         message_id=message_id))
