@@ -431,3 +431,39 @@ def test_cli_serves_the_anthropic_profile(capsys) -> None:
         stop.set()
         thread.join(10)
     assert result == [0]
+
+
+def test_a_summary_request_gets_the_extractive_summary(chars, clock) -> None:
+    """ctxfold's ``llm`` summarizer runs over this wire too: the emulator reads the Messages
+    body back into ctxfold messages, by its own code."""
+    from ctxfold.kernel.summary import build_summary_request
+    from ctxfold.kernel.types import Message
+    from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
+
+    region = [
+        Message(role="user", content="Fix the failing test in src/app/util.py."),
+        Message(role="assistant", content="Running the tests first.", tool_calls=(
+            ToolCall(id="toolu_1", name="bash", arguments='{"command": "pytest -q"}'),)),
+        Message(role="tool", tool_call_id="toolu_1", content="FAILED test_parse - ValueError"),
+    ]
+    request = build_summary_request(Message(role="system", content="You are a coding agent."),
+                                    region, (), window=100_000)
+    expected = ExtractiveSummarizer().summarize(request).text
+    messages: list[dict[str, Any]] = []
+    for m in request.messages[1:]:
+        if m.role == "assistant":
+            messages.append({"role": "assistant", "content": [
+                {"type": "text", "text": m.content},
+                *({"type": "tool_use", "id": c.id, "name": c.name,
+                   "input": json.loads(c.arguments)} for c in m.tool_calls)]})
+        elif m.role == "tool":
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}]})
+        else:
+            messages.append({"role": "user", "content": m.content})
+    with Emulator("anthropic", counter=chars, clock=clock,
+                  script=[ReplySpec(text="scripted")]) as emu:
+        reply = client_for(emu).messages.create(
+            model=MODEL, max_tokens=request.max_tokens, system=request.messages[0].content,
+            messages=messages)  # type: ignore[arg-type]
+    assert expected and reply.content[0].text == expected  # type: ignore[union-attr]
