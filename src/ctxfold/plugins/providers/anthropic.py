@@ -43,6 +43,7 @@ from ctxfold.interop.anthropic import (
     usage_from_anthropic,
     wire_of,
 )
+from ctxfold.interop.chat import dumps
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyContext, StrategySpec
@@ -274,7 +275,7 @@ class AnthropicStream:
                 thinking.append(str(block.get("thinking") or ""))
             elif block["type"] == "tool_use":
                 arguments = ("".join(self.json[i]) if i in self.json
-                             else json.dumps(block.get("input") or {}))
+                             else dumps(block.get("input") or {}))
                 calls.append(ToolCall(id=str(block.get("id") or ""),
                                       name=str(block.get("name") or ""),
                                       arguments=repair_surrogates(arguments)))
