@@ -431,3 +431,46 @@ def test_never_more_than_four_and_1h_before_5m(n: int, big: int, minimum: int,
     stripped = place_breakpoints(placed, ttl=ttl, min_tokens=10**9, count=size,
                                  checkpoint=checkpoint)
     assert marks(stripped) == []
+
+
+# -- Anthropic messages sent to OpenAI formats ---------------------------------------------------
+
+
+def test_anthropic_messages_go_to_chat_and_responses_in_their_forms() -> None:
+    from ctxfold.interop.parts import chat_messages
+    from ctxfold.interop.responses import input_items
+
+    messages = from_anthropic(SYSTEM, MESSAGES[:4])
+    chat = chat_messages(messages)
+    assert chat[2]["content"] == [
+        {"type": "text", "text": "Here is a screenshot"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+        {"type": "image_url", "image_url": {"url": "https://example.test/a.png"}}]
+    assert chat[3]["reasoning_content"] == "Read it first."
+    assert chat[3]["tool_calls"][0]["function"]["arguments"] == (
+        '{"path":"a.py","lines":[1,20],"why":"é ✓"}')
+    assert chat[5]["content"] == [{"type": "text", "text": "a.py"},
+                                  {"type": "image_url", "image_url": {
+                                      "url": "data:image/png;base64,iVBO"}}]
+    assert "cache_control" not in json.dumps(chat)
+    items = input_items(messages)
+    assert {"type": "input_image", "image_url": "data:image/png;base64,iVBO"} in \
+        items[2]["content"]
+    assert "cache_control" not in json.dumps(items)
+
+
+def test_anthropic_blocks_openai_formats_cannot_carry_are_refused_by_name() -> None:
+    from ctxfold.interop.parts import chat_messages
+    from ctxfold.interop.responses import input_items
+
+    messages = from_anthropic(None, MESSAGES)  # messages[6] holds server-tool blocks
+    with pytest.raises(MessageError, match=r"messages\[\d+\]: Anthropic block type "
+                                           r"'server_tool_use' has no chat completions form"):
+        chat_messages(messages)
+    with pytest.raises(MessageError, match="'server_tool_use' has no OpenAI Responses form"):
+        input_items(messages)
+    file_image = from_anthropic(None, [{"role": "user", "content": [
+        {"type": "text", "text": "x"}, {"type": "image", "source": {"type": "file",
+                                                                    "file_id": "f1"}}]}])
+    with pytest.raises(MessageError, match=r"content\[1\].*'file' source"):
+        chat_messages(file_image)
