@@ -474,3 +474,20 @@ def test_anthropic_blocks_openai_formats_cannot_carry_are_refused_by_name() -> N
                                                                     "file_id": "f1"}}]}])
     with pytest.raises(MessageError, match=r"content\[1\].*'file' source"):
         chat_messages(file_image)
+
+
+def test_a_host_appends_anthropic_messages_and_tools_as_they_are(tmp_path) -> None:
+    import ctxfold
+
+    config = ctxfold.Config(summarizer=ctxfold.Config().summarizer.__class__(name="extractive"),
+                            store=ctxfold.Config().store.__class__(path=str(tmp_path / "s")))
+    cm = ctxfold.open_session("anthropic-host", config=config, tools=[
+        {"name": "read_file", "description": "Read", "input_schema": {"type": "object"},
+         "cache_control": EPHEMERAL}])
+    cm.append({"role": "system", "content": "sys"}, *MESSAGES[:6])
+    system, sent = to_anthropic(cm.prepare().messages)
+    assert dumps(sent) == dumps(MESSAGES[:6]) and system == [{"type": "text", "text": "sys"}]
+    assert [m.role for m in cm.prepare().messages].count("tool") == 3
+    assert dumps(tool_to_anthropic(cm.tools[0])) == dumps(
+        {"name": "read_file", "description": "Read", "input_schema": {"type": "object"},
+         "cache_control": EPHEMERAL})
