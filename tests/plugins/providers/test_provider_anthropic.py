@@ -145,8 +145,8 @@ def test_the_body_is_a_valid_sdk_request() -> None:
 
 
 @pytest.mark.parametrize(("effort", "cap", "room", "expected"), [
-    ("none", 0, 0, 16_384), ("medium", 0, 0, 32_768), ("high", 0, 0, 65_536),
-    ("max", 0, 0, 65_536), ("high", 1000, 0, 1000), ("high", 0, 5000, 5000),
+    ("none", 0, 0, 16_384), ("medium", 0, 0, 32_768), ("high", 0, 0, 64_000),
+    ("max", 0, 0, 64_000), ("high", 1000, 0, 1000), ("high", 0, 5000, 5000),
     ("high", 9000, 5000, 5000),
 ])
 def test_max_tokens_is_always_sent_from_the_output_rule(make_provider, effort, cap, room,
@@ -371,4 +371,4 @@ def test_defaults_are_declared() -> None:
     assert (DEFAULTS.model, DEFAULTS.context_window, DEFAULTS.cache_ttl_minutes,
             DEFAULTS.base_url, DEFAULTS.api_key_env) == (
         "claude-sonnet-4-6", 200_000, 5, "https://api.anthropic.com", "ANTHROPIC_API_KEY")
-    assert DEFAULTS.output_budget("high") == 65_536
+    assert DEFAULTS.output_budget("high") == 64_000  # Sonnet 4.6's largest max_tokens
