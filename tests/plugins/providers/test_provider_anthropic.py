@@ -372,3 +372,30 @@ def test_defaults_are_declared() -> None:
             DEFAULTS.base_url, DEFAULTS.api_key_env) == (
         "claude-sonnet-4-6", 200_000, 5, "https://api.anthropic.com", "ANTHROPIC_API_KEY")
     assert DEFAULTS.output_budget("high") == 64_000  # Sonnet 4.6's largest max_tokens
+
+
+def test_turn_n_plus_1_extends_turn_n_apart_from_the_moving_breakpoint() -> None:
+    """The messages of turn n are a prefix of turn n+1's once the cache_control markers
+    (not content: the API does not hash them) are left aside."""
+    translator = AnthropicTranslator(ttl="1h")
+    history = checkpointed(4)
+    reply = from_anthropic(None, [{"role": "assistant", "content": REPLY_CONTENT}])[0]
+    one = translator.build_body(ChatRequest(messages=history, tools=(TOOL,)), model="m")
+    two = translator.build_body(ChatRequest(messages=(*history, reply, Message(
+        role="tool", content="c", tool_call_id="toolu_c")), tools=(TOOL,)), model="m")
+
+    def unmarked(value: Any) -> Any:
+        if isinstance(value, dict):
+            value = {k: unmarked(v) for k, v in value.items() if k != "cache_control"}
+            content = value.get("content")
+            if (isinstance(content, list) and len(content) == 1
+                    and set(content[0]) == {"type", "text"} and content[0]["type"] == "text"):
+                value["content"] = content[0]["text"]  # the marked newest string, unmarked
+            return value
+        return [unmarked(v) for v in value] if isinstance(value, list) else value
+
+    n = len(one["messages"])
+    assert unmarked(two["messages"][:n]) == unmarked(one["messages"])
+    assert unmarked(two["system"]) == unmarked(one["system"])
+    assert unmarked(two["tools"]) == unmarked(one["tools"])
+    assert one["messages"][-1] != two["messages"][n - 1]  # only the marker moved
