@@ -527,3 +527,30 @@ def test_settings_that_invalidate_only_the_messages_cache(emu, change: dict[str,
     head = emu.requests[0].prompt_tokens - len("[user]" + "x" * 300)
     assert usage.cache_read_input_tokens == head  # tools + system only
     assert usage.cache_creation_input_tokens == emu.requests[-1].prompt_tokens - head
+
+
+def test_a_claude_code_shaped_request_is_served(emu) -> None:
+    """What Claude Code sends (``?beta=true``, beta headers, system blocks with breakpoints,
+    a server tool, metadata, temperature) is accepted and billed."""
+    body = {
+        "model": MODEL, "max_tokens": 32000, "stream": True, "temperature": 1,
+        "metadata": {"user_id": "user_abc_session_1"},
+        "system": [{"type": "text", "text": "You are Claude Code.",
+                    "cache_control": HOUR},
+                   {"type": "text", "text": LONG_SYSTEM, "cache_control": HOUR}],
+        "tools": [BASH, {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>context</system-reminder>"},
+            {"type": "text", "text": "list the files", "cache_control": EPHEMERAL}]}],
+    }
+    headers = {**VERSION, "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14",
+               "x-api-key": "dummy"}
+    with httpx.Client(base_url=emu.base_url, timeout=10, headers=headers) as client, \
+            client.stream("POST", "/v1/messages?beta=true", json=body) as response:
+        lines = list(response.iter_lines())
+        assert response.status_code == 200
+    start = json.loads(next(line[6:] for line in lines if '"message_start"' in line))
+    usage = start["message"]["usage"]
+    assert usage["cache_creation"]["ephemeral_1h_input_tokens"] > 1024
+    assert usage["cache_creation"]["ephemeral_5m_input_tokens"] > 0
+    assert emu.requests[-1].path == "/v1/messages"
