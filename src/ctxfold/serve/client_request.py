@@ -1,6 +1,6 @@
-"""What a client sent: a Chat Completions or Responses request body, read into ctxfold
-values (the history as canonical messages, the tools as schemas) plus the fields the proxy
-passes on untouched."""
+"""What a client sent: a Chat Completions, Responses or Anthropic Messages request body, read
+into ctxfold values (the history as canonical messages, the tools as schemas) plus the fields
+the proxy passes on untouched."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, Literal
 import attrs
 
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
+from ctxfold.interop.anthropic import from_anthropic, tool_from_anthropic
 from ctxfold.interop.chat import message_from_openai
 from ctxfold.interop.coerce import to_messages, to_tools
 from ctxfold.kernel.errors import MessageError
@@ -18,13 +19,15 @@ from ctxfold.kernel.types import Message, ToolSchema
 from ctxfold.serve.errors import ServeError
 from ctxfold.serve.sessions import key_digest, link
 
-Wire = Literal["chat", "responses"]
+Wire = Literal["chat", "responses", "messages"]
 
 #: The body field that carries the history, per wire format.
-HISTORY_FIELD: dict[Wire, str] = {"chat": "messages", "responses": "input"}
-#: Fields the proxy owns: the history becomes the view, ``instructions`` joins the history
-#: as its system message, ``model`` leads the body; everything else is passed on in order.
-_OWNED = frozenset({"model", "messages", "input", "instructions"})
+HISTORY_FIELD: dict[Wire, str] = {"chat": "messages", "responses": "input",
+                                  "messages": "messages"}
+#: Fields the proxy owns: the history becomes the view, ``instructions`` (Responses) and
+#: ``system`` (Anthropic) join the history as its system message, ``model`` leads the body;
+#: everything else is passed on in order.
+_OWNED = frozenset({"model", "messages", "input", "instructions", "system"})
 #: Responses features that need state on the provider's side, which the proxy replaces.
 _SERVER_STATE = ("previous_response_id", "conversation")
 
@@ -51,6 +54,9 @@ class ClientRequest:
     #: reading it computed them (empty: the router computes them).
     digests: tuple[bytes, ...] = ()
     chain: tuple[bytes, ...] = ()
+    #: Request headers an upstream of the client's own format must see (Anthropic's
+    #: ``anthropic-version`` and ``anthropic-beta``).
+    headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -123,7 +129,7 @@ def parse_request(wire: Wire, body: Any,
     raw_tools = body.get("tools") or []
     if not isinstance(raw_tools, list):
         raise ServeError("'tools' must be a list of tools", param="tools")
-    tools, others = _tools(raw_tools)
+    tools, others = _anthropic_tools(raw_tools) if wire == "messages" else _tools(raw_tools)
     if any(t.name == USE_CAPABILITY_TOOL.name for t in tools):
         raise ServeError(f"the tool name {USE_CAPABILITY_TOOL.name!r} is reserved: ctxfold "
                          "serve offers and answers that tool itself; rename the client's tool",
@@ -135,12 +141,12 @@ def parse_request(wire: Wire, body: Any,
         raise ServeError("'n' must be 1: ctxfold serve keeps one transcript per session",
                          param="n")
     options = body.get("stream_options")
-    include_usage = wire == "responses" or (
+    include_usage = wire != "chat" or (
         isinstance(options, Mapping) and bool(options.get("include_usage")))
     fields = {k: v for k, v in body.items() if k not in _OWNED}
     return ClientRequest(wire=wire, model=model, history=tuple(history), tools=tools,
                          stream=stream, include_usage=include_usage, fields=fields,
-                         instructions=wire == "responses" and bool(body.get("instructions")),
+                         instructions=_leads_with_system(wire, body),
                          other_tools=others, digests=read.digests if read else (),
                          chain=read.chain if read else ())
 
@@ -165,6 +171,35 @@ def _tools(raw: list[Any]) -> tuple[tuple[ToolSchema, ...], tuple[Mapping[str, A
     return tuple(functions), tuple(others)
 
 
+def _anthropic_tools(raw: list[Any]) -> tuple[tuple[ToolSchema, ...],
+                                                tuple[Mapping[str, Any], ...]]:
+    """Anthropic tools: the client tools (``name``, ``description``, ``input_schema``; no
+    ``type`` or ``custom``) as schemas, the server tools (``web_search_…``, ``bash_…``, …)
+    apart (https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/overview)."""
+    functions: list[ToolSchema] = []
+    others: list[Mapping[str, Any]] = []
+    for i, tool in enumerate(raw):
+        if not isinstance(tool, Mapping):
+            raise ServeError(f"tools[{i}]: must be an object", param="tools")
+        if tool.get("type") not in (None, "custom"):
+            if not isinstance(tool.get("type"), str):
+                raise ServeError(f"tools[{i}].type: must be a string", param="tools")
+            others.append(tool)
+            continue
+        try:
+            functions.append(tool_from_anthropic(tool))
+        except MessageError as exc:
+            raise ServeError(f"tools[{i}]: {exc}", param="tools") from None
+    return tuple(functions), tuple(others)
+
+
+def _leads_with_system(wire: Wire, body: Mapping[str, Any]) -> bool:
+    """Whether the history starts with a system message made of a field of the body."""
+    if wire == "responses":
+        return bool(body.get("instructions"))
+    return wire == "messages" and bool(body.get("system"))
+
+
 def estimated_tools(request: ClientRequest) -> tuple[ToolSchema, ...]:
     """What the session's estimate counts as the request's tools: the function tools, and
     each tool of another type as a stand-in of its size (its JSON as the parameters)."""
@@ -177,6 +212,14 @@ def estimated_tools(request: ClientRequest) -> tuple[ToolSchema, ...]:
 def _history(wire: Wire, body: Mapping[str, Any]) -> list[Message]:
     field = HISTORY_FIELD[wire]
     raw = body.get(field)
+    if wire == "messages":
+        if not isinstance(raw, list) or not raw:
+            raise ServeError("'messages' must be a list of at least one message",
+                             param="messages")
+        try:
+            return from_anthropic(body.get("system"), raw)
+        except MessageError as exc:
+            raise ServeError(str(exc), param="messages") from None
     head: list[Message] = []
     if wire == "responses":
         for name in _SERVER_STATE:
