@@ -5,6 +5,12 @@ The upstream is the provider ``[provider] name`` selects (any built-in or plugin
 ctxfold's own async transport — the same endpoint, key rule, retries, timeouts, SSE parsing
 and typed errors as ``cm.acomplete`` — but sends its own body: the client's request with
 the history replaced by ctxfold's view (see :meth:`Upstream.body`).
+
+The upstream's wire format follows from its path (``…/responses``, ``…/messages``, else Chat
+Completions); a client of another format has its fields translated (:func:`translate_fields`:
+what the other format has no field for is left out, ``docs/serve.md`` lists it). An Anthropic
+upstream gets ctxfold's own prompt-cache breakpoints, never the client's
+(:func:`~ctxfold.interop.anthropic.place_breakpoints`).
 """
 
 from __future__ import annotations
@@ -20,12 +26,19 @@ import attrs
 
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.engine.prepared import PreparedRequest, to_openai_messages
+from ctxfold.interop.anthropic import (
+    place_breakpoints,
+    to_anthropic,
+    tool_to_anthropic,
+)
 from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Provider
-from ctxfold.kernel.errors import ConfigError
-from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
+from ctxfold.kernel.errors import ConfigError, MessageError
+from ctxfold.kernel.summary import is_summary_message
+from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 from ctxfold.plugins.summarizers.llm import LLMSummarizer
+from ctxfold.secrets import remember_secret
 from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
 from ctxfold.transport.aclient import AsyncEventStream, AsyncHttpClient
 from ctxfold.transport.provider import HttpProvider, serialize_body
@@ -35,6 +48,13 @@ from ctxfold.transport.settings import JsonResult
 _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_calls", "user",
                      "metadata", "service_tier"})
 
+
+#: ``max_tokens`` of an Anthropic request when neither the client nor the output budget rule
+#: set one and the provider declares none (the API requires the field).
+DEFAULT_MAX_TOKENS = 8192
+#: The smallest prefix worth a breakpoint when the provider declares none: Anthropic's
+#: smallest model minimum (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
+DEFAULT_MIN_CACHE_TOKENS = 1024
 
 #: Messages whose JSON the upstream keeps (then it starts over).
 _MAX_FRAGMENTS = 65_536
@@ -49,6 +69,64 @@ def _dumps(value: Any) -> str:
 _TOOL_FIELDS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
 
 
+def upstream_wire(path: str) -> Wire:
+    """The wire format of an upstream endpoint, by its path."""
+    tail = path.rstrip("/")
+    if tail.endswith("/responses"):
+        return "responses"
+    return "messages" if tail.endswith("/messages") else "chat"
+
+
+def _tokens(value: Any) -> int:
+    """A quick token count of one tool, system block or message for the breakpoint
+    minimum (about four characters a token)."""
+    return len(_dumps(value)) // 4
+
+
+#: Anthropic content blocks and the chat part each becomes for an OpenAI upstream.
+_ANTHROPIC_PARTS = frozenset({"text", "image", "document", "search_result"})
+
+
+def _chat_part(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    source = block.get("source")
+    if kind == "image" and isinstance(source, Mapping):
+        if source.get("type") == "base64":
+            url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+        else:
+            url = str(source.get("url") or "")
+        return {"type": "image_url", "image_url": {"url": url}}
+    raise MessageError(f"{where}: an Anthropic {kind!r} block has no Chat Completions or "
+                       "Responses form; send it to an Anthropic upstream, or leave it out")
+
+
+def openai_form(message: Message) -> Message:
+    """``message`` as an OpenAI-format upstream takes it: one that came from an Anthropic
+    client loses what only Anthropic's format has (thinking signatures, ``cache_control``
+    marks, ``is_error``: the kept blocks) and its content blocks become chat parts."""
+    if not message.anthropic_blocks:
+        return message
+    parts = [json.loads(p) for p in message.parts]
+    if not any(isinstance(p, dict) and p.get("type") in _ANTHROPIC_PARTS for p in parts):
+        return attrs.evolve(message, anthropic_blocks=())
+    where = f"{message.role} message {message.id or ''}".strip()
+    converted = [_chat_part(p, where) for p in parts]
+    if message.role == "tool" or all(p["type"] == "text" for p in converted):
+        text = "\n".join(p.get("text", "") for p in converted if p["type"] == "text")
+        return attrs.evolve(message, anthropic_blocks=(), parts=(), content=text)
+    return attrs.evolve(message, anthropic_blocks=(), parts=tuple(map(_dumps, converted)))
+
+
+def _sends_bearer(client: AsyncHttpClient) -> bool:
+    """Whether the transport sends the provider's key as ``Authorization: Bearer`` (an
+    Anthropic provider whose transport sends ``x-api-key`` gets a forwarded key as its own)."""
+    probe = copy.copy(client)
+    probe.settings = attrs.evolve(client.settings, api_key="probe", require_key=False)
+    return probe.headers(False).get("Authorization") == "Bearer probe"
+
+
 def http_provider_of(provider: Provider) -> HttpProvider:
     """The :class:`~ctxfold.HttpProvider` behind ``provider`` (the emulator wraps one)."""
     inner = getattr(provider, "inner", provider)
@@ -61,6 +139,10 @@ def http_provider_of(provider: Provider) -> HttpProvider:
 
 
 def _tool_choice(value: Any, target: Wire) -> Any:
+    if isinstance(value, Mapping) and value.get("type") in ("auto", "any", "tool", "none"):
+        value = _openai_choice(value)  # an Anthropic client's
+    if target == "messages":
+        return _anthropic_choice(value)
     if not isinstance(value, Mapping) or value.get("type") != "function":
         return value
     name = value.get("name") or (value.get("function") or {}).get("name")
@@ -68,9 +150,84 @@ def _tool_choice(value: Any, target: Wire) -> Any:
         "type": "function", "function": {"name": name}}
 
 
-def translate_fields(fields: Mapping[str, Any], target: Wire) -> dict[str, Any]:
-    """The client's fields for the other wire format: the common ones as they are, the
-    output budget, reasoning effort and ``tool_choice`` converted, the rest left out."""
+def _openai_choice(value: Mapping[str, Any]) -> Any:
+    """An Anthropic ``tool_choice`` in the OpenAI terms
+    (https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use)."""
+    kind = value["type"]
+    if kind == "tool":
+        return {"type": "function", "name": value.get("name")}
+    return {"any": "required"}.get(kind, kind)
+
+
+def _anthropic_choice(value: Any) -> Any:
+    """An OpenAI ``tool_choice`` (string or function) in Anthropic's terms."""
+    if isinstance(value, str):
+        return {"type": {"required": "any"}.get(value, value)}
+    if isinstance(value, Mapping) and value.get("type") == "function":
+        name = value.get("name") or (value.get("function") or {}).get("name")
+        return {"type": "tool", "name": name}
+    return value
+
+
+def _from_anthropic_fields(fields: Mapping[str, Any], target: Wire,
+                           output_field: str) -> dict[str, Any]:
+    """An Anthropic client's fields for a Chat Completions or Responses upstream."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key in ("stream", "temperature", "top_p"):
+            out[key] = value
+        elif key == "tools":
+            out[key] = value  # replaced by the converted tools
+        elif key == "max_tokens":
+            out["max_output_tokens" if target == "responses" else output_field] = value
+        elif key == "stop_sequences" and target == "chat" and value:
+            out["stop"] = value
+        elif key == "tool_choice" and isinstance(value, Mapping):
+            out[key] = _tool_choice(value, target)
+            if value.get("disable_parallel_tool_use"):
+                out["parallel_tool_calls"] = False
+        elif key == "output_config" and isinstance(value, Mapping) and value.get("effort"):
+            effort = value["effort"]
+            out.update({"reasoning": {"effort": effort}} if target == "responses"
+                       else {"reasoning_effort": effort})
+    return out
+
+
+def _to_anthropic_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI client's fields for an Anthropic upstream."""
+    out: dict[str, Any] = {}
+    parallel = fields.get("parallel_tool_calls")
+    for key, value in fields.items():
+        if key in ("stream", "temperature", "top_p", "tools"):
+            out[key] = value
+        elif key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+            out["max_tokens"] = value
+        elif key == "stop" and value:
+            out["stop_sequences"] = [value] if isinstance(value, str) else value
+        elif key == "user" and isinstance(value, str):
+            out["metadata"] = {"user_id": value}
+        elif key == "tool_choice":
+            out[key] = _tool_choice(value, "messages")
+        elif key == "reasoning_effort" or (key == "reasoning" and isinstance(value, Mapping)
+                                           and value.get("effort")):
+            effort = value if key == "reasoning_effort" else value["effort"]
+            out["output_config"] = {"effort": effort}
+    if parallel is False:
+        choice = out.get("tool_choice")
+        out["tool_choice"] = {**(choice if isinstance(choice, Mapping) else {"type": "auto"}),
+                              "disable_parallel_tool_use": True}
+    return out
+
+
+def translate_fields(fields: Mapping[str, Any], target: Wire, source: Wire = "chat", *,
+                     output_field: str = "max_tokens") -> dict[str, Any]:
+    """The client's fields (of format ``source``) for the other wire format ``target``: the
+    common ones as they are, the output budget (a chat upstream's in ``output_field``),
+    stop sequences, reasoning effort and ``tool_choice`` converted, the rest left out."""
+    if source == "messages":
+        return _from_anthropic_fields(fields, target, output_field)
+    if target == "messages":
+        return _to_anthropic_fields(fields)
     out: dict[str, Any] = {}
     for key, value in fields.items():
         if key in _COMMON:
@@ -100,8 +257,7 @@ class Upstream:
         self.name = str(getattr(provider, "name", inner.name))
         self.path = inner.translator.path
         self.translator = inner.translator
-        self.wire: Wire = "responses" if self.path.rstrip("/").endswith("/responses") \
-            else "chat"
+        self.wire: Wire = upstream_wire(self.path)
         self.model = inner.model
         self.settings = inner.http.settings
         self.on_request = on_request
@@ -122,23 +278,45 @@ class Upstream:
         """Whether a request must bring a key: the provider needs one and has none."""
         return self.settings.require_key and not self.has_key()
 
-    def _http(self, forwarded: str | None) -> AsyncHttpClient:
+    def _http(self, forwarded: str | None,
+              headers: Mapping[str, str] | None = None) -> AsyncHttpClient:
         if self._client is None:  # created in the server's event loop, which then owns it
             self._client = self._make() if self._make else AsyncHttpClient(self.settings)
-        if forwarded is None or self.has_key():
-            return self._client
-        clone = copy.copy(self._client)  # same connection pool, the client's key
-        clone.settings = attrs.evolve(self.settings, api_key=forwarded)
+        client = self._client
+        forward = forwarded is not None and not self.has_key()
+        passed = dict(headers or {}) if self.wire == "messages" else {}
+        if forwarded is None or not forward:
+            if not passed:
+                return client
+            forwarded = None
+        clone = copy.copy(client)  # same connection pool, the request's headers
+        settings = attrs.evolve(self.settings, headers={**self.settings.headers, **passed})
+        if forwarded is not None and self.wire == "messages" and _sends_bearer(client):
+            # Anthropic takes an API key as x-api-key
+            # (https://docs.anthropic.com/en/api/overview#authentication).
+            remember_secret(forwarded)
+            settings = attrs.evolve(settings, api_key="", require_key=False,
+                                    headers={**settings.headers, "x-api-key": forwarded})
+        elif forwarded is not None:
+            settings = attrs.evolve(settings, api_key=forwarded)
+        clone.settings = settings
         return clone
 
     def body(self, request: ClientRequest, prepared: PreparedRequest, *,
              cache_key: str, offer: bool = False) -> dict[str, Any]:
-        """The upstream body: ``model``, then the view (``messages`` or ``input``), then the
-        client's other fields in its order — ``tools`` replaced by the view's tools (the
-        client's, then ``use_capability``), usage asked for on a chat stream, the session's
-        ``prompt_cache_key`` on Responses unless the client set one. The view right after
-        ``model`` makes every body extend the previous one's bytes between installs."""
-        view = prepared.to_openai() if self.wire == "chat" else prepared.to_responses()
+        """The upstream body: ``model``, then the view (``messages`` or ``input``; on
+        Anthropic's wire ``system`` and ``messages``), then the client's other fields in its
+        order — ``tools`` replaced by the view's tools (the client's, then
+        ``use_capability``), usage asked for on a chat stream, the session's
+        ``prompt_cache_key`` on Responses unless the client set one, ``max_tokens`` and
+        ctxfold's breakpoints on Anthropic's. The view right after ``model`` makes every body
+        extend the previous one's bytes between installs."""
+        if self.wire == "messages":
+            return self._anthropic(request, prepared, cache_key, offer)
+        messages = [openai_form(m) for m in prepared.messages]
+        view = (attrs.evolve(prepared, messages=tuple(messages)).to_openai()
+                if self.wire == "chat" else
+                attrs.evolve(prepared, messages=tuple(messages)).to_responses())
         field = HISTORY_FIELD[self.wire]
         rest = self._fields(request, prepared, cache_key, offer)
         return {"model": rest.pop("model"), field: view[field], **rest}
@@ -148,6 +326,8 @@ class Upstream:
         """The exact bytes of :meth:`body`, each message's JSON cached per message: between
         two checkpoints the view is the same messages plus new ones, so a turn encodes only
         its new messages (and the rest of the body)."""
+        if self.wire == "messages":  # consecutive messages merge: encoded whole
+            return _dumps(self._anthropic(request, prepared, cache_key, offer)).encode()
         rest = self._fields(request, prepared, cache_key, offer)
         history = ",".join(f for f in map(self._fragment, prepared.messages) if f)
         head = (f'{{"model":{_dumps(rest.pop("model"))},'
@@ -160,12 +340,46 @@ class Upstream:
         cached = self._fragments.get(id(message))
         if cached is not None and cached[0] is message:
             return cached[1]
-        form = to_openai_messages([message]) if self.wire == "chat" else input_items([message])
+        form = to_openai_messages([openai_form(message)]) if self.wire == "chat" \
+            else input_items([openai_form(message)])
         text = ",".join(map(_dumps, form))
         if len(self._fragments) >= _MAX_FRAGMENTS:
             self._fragments.clear()
         self._fragments[id(message)] = (message, text)
         return text
+
+    def _anthropic(self, request: ClientRequest, prepared: PreparedRequest, cache_key: str,
+                   offer: bool) -> dict[str, Any]:
+        """The Messages body: ``model``, ``max_tokens`` (the API requires it: the client's,
+        else the prepared output budget, else the provider's default), ``system`` and
+        ``messages`` of the view, the other fields; then ctxfold's breakpoints in place of
+        any the client set."""
+        system, messages = to_anthropic(prepared.messages)
+        rest = self._fields(request, prepared, cache_key, offer)
+        body: dict[str, Any] = {"model": rest.pop("model")}
+        body["max_tokens"] = rest.pop("max_tokens", None) or prepared.max_output_tokens \
+            or self._default_max_tokens()
+        if system:
+            body["system"] = system
+        body["messages"] = messages
+        body.update(rest)
+        summaries = [i for i, m in enumerate(prepared.messages) if is_summary_message(m)]
+        checkpoint = len(to_anthropic(prepared.messages[:summaries[-1] + 1])[1]) - 1 \
+            if summaries else None
+        ttl, minimum = self._cache_policy()
+        return place_breakpoints(body, ttl=ttl, min_tokens=minimum, count=_tokens,
+                                 checkpoint=checkpoint)
+
+    def _default_max_tokens(self) -> int:
+        value = getattr(self.translator, "max_tokens", None)
+        return value if isinstance(value, int) and value > 0 else DEFAULT_MAX_TOKENS
+
+    def _cache_policy(self) -> tuple[str, int]:
+        """The provider's breakpoint TTL and minimum cacheable prefix."""
+        ttl = getattr(self.translator, "cache_ttl", None)
+        minimum = getattr(self.translator, "min_cache_tokens", None)
+        return (ttl if ttl in ("5m", "1h") else "5m",
+                minimum if isinstance(minimum, int) else DEFAULT_MIN_CACHE_TOKENS)
 
     def _fields(self, request: ClientRequest, prepared: PreparedRequest,
                 cache_key: str, offer: bool) -> dict[str, Any]:
@@ -174,11 +388,10 @@ class Upstream:
         ``offer`` (the model called it in an earlier round of this answer)."""
         body: dict[str, Any] = {"model": request.model or self.model}
         fields = request.fields if request.wire == self.wire else translate_fields(
-            request.fields, self.wire)
+            request.fields, self.wire, request.wire, output_field=prepared.output_field)
         tools = self.tools(request)
         if prepared.offers_capability or offer:
-            tools.append(tool_schema_to_openai(USE_CAPABILITY_TOOL) if self.wire == "chat"
-                         else tool_item(USE_CAPABILITY_TOOL))
+            tools.append(self._tool(USE_CAPABILITY_TOOL))
         for key, value in fields.items():
             if key in _TOOL_FIELDS and not tools:
                 continue  # every tool was left out: no empty list, no choice among none
@@ -193,14 +406,19 @@ class Upstream:
             body["prompt_cache_key"] = cache_key
         return body
 
+    def _tool(self, tool: ToolSchema) -> dict[str, Any]:
+        """A function tool in this upstream's format."""
+        if self.wire == "messages":
+            return tool_to_anthropic(tool)
+        return tool_schema_to_openai(tool) if self.wire == "chat" else tool_item(tool)
+
     def tools(self, request: ClientRequest) -> list[Any]:
         """The client's tools for this upstream: in the client's own wire format, every
-        tool exactly as sent, whatever its type; in the other format, its function tools
+        tool exactly as sent, whatever its type; in another format, its function tools
         converted (:meth:`dropped` names the rest, which have no form there)."""
         if request.wire == self.wire:
             return list(request.fields.get("tools") or [])
-        return [tool_schema_to_openai(t) if self.wire == "chat" else tool_item(t)
-                for t in request.tools]
+        return [self._tool(t) for t in request.tools]
 
     def dropped(self, request: ClientRequest) -> list[str]:
         """The client's tools this upstream cannot be offered (another wire format, and not
@@ -214,19 +432,21 @@ class Upstream:
         if self.on_request is not None:
             self.on_request(body if isinstance(body, bytes) else serialize_body(body))
 
-    async def post(self, body: Mapping[str, Any] | bytes,
-                   forwarded: str | None) -> JsonResult:
-        """POST a non-streaming body; typed :class:`~ctxfold.ProviderError` on failure."""
+    async def post(self, body: Mapping[str, Any] | bytes, forwarded: str | None,
+                   headers: Mapping[str, str] | None = None) -> JsonResult:
+        """POST a non-streaming body (``headers``: the client's that an upstream of its
+        format must see); typed :class:`~ctxfold.ProviderError` on failure."""
         self._observe(body)
-        return await self._http(forwarded).post_json(self.path, body,
-                                                     max_retries=self.retries)
+        return await self._http(forwarded, headers).post_json(self.path, body,
+                                                              max_retries=self.retries)
 
     @asynccontextmanager
-    async def stream(self, body: Mapping[str, Any] | bytes,
-                     forwarded: str | None) -> AsyncIterator[AsyncEventStream]:
+    async def stream(self, body: Mapping[str, Any] | bytes, forwarded: str | None,
+                     headers: Mapping[str, str] | None = None
+                     ) -> AsyncIterator[AsyncEventStream]:
         """POST a streaming body; entering returns once the response headers arrived."""
         self._observe(body)
-        async with self._http(forwarded).stream_events(self.path, body,
+        async with self._http(forwarded, headers).stream_events(self.path, body,
                                                        max_retries=self.retries) as events:
             yield events
 
