@@ -18,6 +18,7 @@ import httpx
 import pytest
 from tests.serve.conftest import Served, call, log_text
 
+import ctxfold
 from ctxfold.emulator import Emulator, Fault, ReplySpec
 from ctxfold.emulator.records import Outcome
 from ctxfold.interop.anthropic import from_anthropic
@@ -295,3 +296,34 @@ def test_history_field_messages_read_from_anthropic(serve) -> None:
     assert body["reasoning_effort"] == "low"
     assert body["messages"][1]["content"][1] == {
         "type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+
+
+def test_a_resent_anthropic_history_is_read_from_where_it_differs() -> None:
+    """The proxy re-reads only the messages that changed (a moved mark is a change of the
+    dict, not of the message); what it reads must equal a full read."""
+    from ctxfold.serve.client_request import RecentHistories, parse_request
+    from ctxfold.serve.sessions import chain_of, key_digest
+
+    base: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hm", "signature": "sig=="},
+            {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "ls"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "a b"},
+            {"type": "text", "text": "and then?"}]}]
+    recent = RecentHistories()
+    bodies = [base, [*base, {"role": "assistant", "content": "done"}],
+              [base[0], {"role": "assistant", "content": "other"}],
+              [*base, {"role": "assistant", "content": "done"},
+               {"role": "user", "content": "more"}]]
+    for messages in bodies:
+        body = {"model": "m", "system": [{"type": "text", "text": SYSTEM, "cache_control": MARK}],
+                "messages": marked(messages)}
+        fast = parse_request("messages", json.loads(json.dumps(body)), recent)
+        full = parse_request("messages", json.loads(json.dumps(body)))
+        assert fast.history == full.history and len(fast.history) > len(messages)
+        assert list(fast.chain) == chain_of([key_digest(m) for m in full.history])
+    bad = {"model": "m", "messages": [*base, {"role": "user", "content": [{"type": 3}]}]}
+    with pytest.raises(ctxfold.CtxfoldError, match=r"messages\[3\]\.content\[0\]"):
+        parse_request("messages", bad, recent)

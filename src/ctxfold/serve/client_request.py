@@ -61,47 +61,70 @@ class ClientRequest:
 
 @attrs.frozen
 class _Read:
+    wire: Wire
     raw: list[Any]
+    #: ``ends[i]``: how many messages ``raw[:i + 1]`` read into (an Anthropic message with
+    #: tool results is several).
+    ends: tuple[int, ...]
     messages: tuple[Message, ...]
     digests: tuple[bytes, ...]
     chain: tuple[bytes, ...]
 
 
+def _chat_entry(raw: Any, i: int, field: str) -> list[Message]:
+    return [message_from_openai(raw, where=f"{field}[{i}]")]
+
+
+def _anthropic_entry(raw: Any, i: int, _field: str) -> list[Message]:
+    """Entry 0 is ``{"system": …}``, entry ``i`` the message ``messages[i - 1]``."""
+    if i == 0:
+        return from_anthropic(raw["system"], [])
+    return from_anthropic(None, [raw], where="messages")
+
+
 class RecentHistories:
-    """The chat histories read last, one per conversation (the newest), at most ``capacity``
-    of them: a request that resends one of them is read from its
+    """The chat and Anthropic histories read last, one per conversation (the newest), at
+    most ``capacity`` of them: a request that resends one of them is read from its
     first message that differs, since a message dict equal to the one at the same place last
     time (compared as parsed JSON) is the same message, already converted and hashed. An
     agent's next request is its last one plus the answer and what it did, so a turn costs
-    O(new messages) of conversion and hashing instead of O(history)."""
+    O(new messages) of conversion and hashing instead of O(history). (An Anthropic client
+    that moves its ``cache_control`` marks re-reads the few messages whose marks moved.)"""
 
     def __init__(self, capacity: int = 32) -> None:
         self.capacity = capacity
         self._reads: deque[_Read] = deque(maxlen=capacity)
 
-    def read(self, raw: list[Any], field: str) -> _Read | None:
-        """``raw`` (chat message dicts) read, or ``None`` when it holds anything but plain
-        chat messages (Responses items group into messages: read the usual way)."""
-        if not all(isinstance(d, Mapping) and not isinstance(d.get("type"), str)
-                   for d in raw):
+    def read(self, raw: list[Any], field: str, wire: Wire = "chat") -> _Read | None:
+        """``raw`` (chat message dicts; on Anthropic's wire ``{"system": …}`` and then the
+        messages) read, or ``None`` when it holds anything but plain chat messages
+        (Responses items group into messages: read the usual way)."""
+        if wire == "chat" and not all(isinstance(d, Mapping)
+                                      and not isinstance(d.get("type"), str) for d in raw):
             return None
+        convert = _anthropic_entry if wire == "messages" else _chat_entry
         best, shared = None, 0
         for earlier in self._reads:
+            if earlier.wire != wire:
+                continue
             n, limit = 0, min(len(earlier.raw), len(raw))
             while n < limit and earlier.raw[n] == raw[n]:
                 n += 1
             if n > shared:
                 best, shared = earlier, n
-        messages = list(best.messages[:shared]) if best else []
-        digests = list(best.digests[:shared]) if best else []
-        chain = list(best.chain[:shared]) if best else []
+        count = best.ends[shared - 1] if best and shared else 0
+        ends = list(best.ends[:shared]) if best else []
+        messages = list(best.messages[:count]) if best else []
+        digests = list(best.digests[:count]) if best else []
+        chain = list(best.chain[:count]) if best else []
         for i in range(shared, len(raw)):
-            message = message_from_openai(raw[i], where=f"{field}[{i}]")
-            digest = key_digest(message)
-            messages.append(message)
-            digests.append(digest)
-            chain.append(link(chain[-1] if chain else b"", digest))
-        read = _Read(raw, tuple(messages), tuple(digests), tuple(chain))
+            for message in convert(raw[i], i, field):
+                digest = key_digest(message)
+                messages.append(message)
+                digests.append(digest)
+                chain.append(link(chain[-1] if chain else b"", digest))
+            ends.append(len(messages))
+        read = _Read(wire, raw, tuple(ends), tuple(messages), tuple(digests), tuple(chain))
         if best is not None:
             self._reads.remove(best)  # this conversation's newest history stands for it
         self._reads.append(read)
@@ -123,6 +146,13 @@ def parse_request(wire: Wire, body: Any,
             read = recent.read(body["messages"], "messages")
         except MessageError as exc:
             raise ServeError(str(exc), param="messages") from None
+    elif recent is not None and wire == "messages" and body.get("messages") \
+            and isinstance(body["messages"], list):
+        try:
+            read = recent.read([{"system": body.get("system")}, *body["messages"]],
+                               "messages", "messages")
+        except MessageError:
+            read = None  # read whole below, for the error that names the place
     history = list(read.messages) if read is not None else _history(wire, body)
     if not history:
         raise ServeError(f"'{HISTORY_FIELD[wire]}' must not be empty", param=HISTORY_FIELD[wire])
