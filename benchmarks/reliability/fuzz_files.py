@@ -139,7 +139,8 @@ def sidecar_target(bench: Bench) -> tuple[Any, Any]:
 MESSAGE_FIELDS = {"content": VALUES, "tool_calls": VALUES, "tool_call_id": VALUES,
                   "name": VALUES, "raw_content": VALUES, "parts": VALUES, "extra": VALUES,
                   "partial": VALUES, "local_only": VALUES, "created_at": VALUES,
-                  "origin": VALUES, "responses_items": VALUES, "content_form": VALUES}
+                  "origin": VALUES, "responses_items": VALUES, "anthropic_blocks": VALUES,
+                  "content_form": VALUES}
 
 
 def transcript_target(bench: Bench) -> tuple[Any, Any]:

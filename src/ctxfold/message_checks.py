@@ -58,7 +58,7 @@ def check_stored(message: Message, *, where: str = "message") -> Message:
         raise MessageError(f"{where}: role {message.role!r} is not system/user/assistant/tool")
     if message.origin not in ("user", "host"):
         raise MessageError(f"{where}: origin {message.origin!r} is not user/host")
-    if message.parts or message.responses_items or message.extra \
+    if message.parts or message.responses_items or message.anthropic_blocks or message.extra \
             or message.wire_role or message.content_form:
         _check_wire_fields(message, where)
     return message
@@ -81,6 +81,13 @@ def _check_wire_fields(message: Message, where: str) -> None:
         item = _json_object(raw, f"{where}: responses_items[{i}]")
         if not isinstance(item.get("type"), str):
             raise MessageError(f"{where}: responses_items[{i}] needs a string 'type'")
+    if not isinstance(message.anthropic_blocks, tuple):
+        raise MessageError(f"{where}: anthropic_blocks must be a tuple of JSON strings")
+    for i, raw in enumerate(message.anthropic_blocks):
+        block = _json_object(raw, f"{where}: anthropic_blocks[{i}]")
+        # The first entry may be the Anthropic message itself (a "role", no "type").
+        if not isinstance(block.get("type"), str) and not (i == 0 and "role" in block):
+            raise MessageError(f"{where}: anthropic_blocks[{i}] needs a string 'type'")
     if message.wire_role not in ("", "developer"):
         raise MessageError(f"{where}: wire_role {message.wire_role!r} is not '' or 'developer'")
     if message.content_form not in ("", "null", "absent"):
@@ -110,6 +117,8 @@ def _check_text(message: Message, where: str) -> None:
     ]
     texts += [(f"parts[{i}]", raw) for i, raw in enumerate(message.parts)]
     texts += [(f"responses_items[{i}]", raw) for i, raw in enumerate(message.responses_items)]
+    texts += [(f"anthropic_blocks[{i}]", raw)
+              for i, raw in enumerate(message.anthropic_blocks)]
     for i, call in enumerate(message.tool_calls):
         texts += [(f"tool_calls[{i}].{f}", getattr(call, f)) for f in ("id", "name", "arguments")]
     for field, value in texts:
@@ -149,7 +158,7 @@ def repaired_message(message: Message) -> Message:
         value = getattr(message, name)
         if isinstance(value, str) and _SURROGATE.search(value):
             fields[name] = repair_surrogates(value)
-    for name in ("parts", "responses_items"):
+    for name in ("parts", "responses_items", "anthropic_blocks"):
         values = getattr(message, name)
         if any(_SURROGATE.search(v) for v in values):
             fields[name] = tuple(repair_surrogates(v) for v in values)

@@ -140,15 +140,15 @@ json_value = st.recursive(
                                                                  max_size=3),
     max_leaves=8)
 FIELDS = ["role", "content", "parts", "tool_calls", "tool_call_id", "name", "raw_content",
-          "extra", "responses_items", "wire_role", "content_form", "id", "created_at",
-          "local_only", "origin", "reasoning_content", "partial"]
+          "extra", "responses_items", "anthropic_blocks", "wire_role", "content_form", "id",
+          "created_at", "local_only", "origin", "reasoning_content", "partial"]
 
 
 def _fuzzed(data: bytes, field: str, value: Any, index: int) -> bytes:
     lines = data.splitlines(keepends=True)
     at = index % len(lines)
     line = json.loads(lines[at])
-    if isinstance(value, list) and field in ("parts", "responses_items"):
+    if isinstance(value, list) and field in ("parts", "responses_items", "anthropic_blocks"):
         value = [v if isinstance(v, str) else json.dumps(v) for v in value]
     line[field] = value
     lines[at] = json.dumps(line).encode() + b"\n"
@@ -239,7 +239,7 @@ calls = st.lists(st.fixed_dictionaries({"id": json_value, "name": json_value,
 
 @settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(["parts", "responses_items", "tool_calls"]),
+@given(field=st.sampled_from(["parts", "responses_items", "anthropic_blocks", "tool_calls"]),
        items=st.lists(typed, min_size=1, max_size=2), tcalls=calls, index=st.integers(0, 60))
 def test_fuzzed_parts_items_and_calls_raise_only_ctxfold_errors(
         stored: tuple[Path, dict[str, bytes]], field: str, items: list[dict[str, Any]],

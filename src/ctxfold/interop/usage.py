@@ -1,9 +1,11 @@
 """Provider usage in any of the shapes an agent holds it, mapped to :class:`Usage`.
 
 Chat completions (``prompt_tokens``, DeepSeek's ``prompt_cache_hit_tokens``/
-``prompt_cache_miss_tokens``, ``prompt_tokens_details.cached_tokens``) and Responses
-(``input_tokens``, ``input_tokens_details.cached_tokens``) usage, as dicts or as the OpenAI
-SDK's objects (``CompletionUsage``, ``ResponseUsage``: anything with ``model_dump``).
+``prompt_cache_miss_tokens``, ``prompt_tokens_details.cached_tokens``), Responses
+(``input_tokens``, ``input_tokens_details.cached_tokens``) and Anthropic Messages
+(``input_tokens`` with ``cache_creation_input_tokens``/``cache_read_input_tokens``) usage,
+as dicts or as the SDKs' objects (``CompletionUsage``, ``ResponseUsage``, Anthropic's
+``Usage``: anything with ``model_dump``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,22 @@ def responses_usage(data: Any) -> Usage:
                  reasoning_tokens=_int(_get(data, "output_tokens_details", "reasoning_tokens")))
 
 
+def anthropic_usage(data: Any) -> Usage:
+    """Map an Anthropic Messages ``usage`` object: ``input_tokens`` excludes cached tokens on
+    this wire, so the prompt is it plus ``cache_creation_input_tokens`` (written to the
+    cache: misses, also counted as writes) plus ``cache_read_input_tokens`` (hits)
+    (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching)."""
+    if not isinstance(data, Mapping):
+        return Usage()
+    fresh = _int(data.get("input_tokens"))
+    written = _int(data.get("cache_creation_input_tokens"))
+    read = _int(data.get("cache_read_input_tokens"))
+    return Usage(prompt_tokens=fresh + written + read,
+                 completion_tokens=_int(data.get("output_tokens")),
+                 cache_hit_tokens=read, cache_miss_tokens=fresh + written,
+                 cache_write_tokens=written)
+
+
 def as_mapping(value: Any) -> Mapping[str, Any] | None:
     """A dict for an SDK object (``model_dump``), or the mapping itself; else ``None``. Null
     fields are left out, except a ``content: null`` the object was given (an assistant turn
@@ -81,8 +99,10 @@ def usage_from(value: Any) -> tuple[Usage | None, str]:
         return value, ""
     data = as_mapping(value)
     if data is None:
-        return None, (f"usage must be a ctxfold Usage, a dict or an OpenAI SDK usage object, "
-                      f"got {type(value).__name__}")
+        return None, ("usage must be a ctxfold Usage, a dict or an OpenAI/Anthropic SDK usage "
+                      f"object, got {type(value).__name__}")
+    if "cache_creation_input_tokens" in data or "cache_read_input_tokens" in data:
+        return anthropic_usage(data), ""
     if "input_tokens" in data:
         return responses_usage(data), ""
     if "prompt_tokens" in data:

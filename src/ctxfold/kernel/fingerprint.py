@@ -46,6 +46,8 @@ def visible_fields(message: Message) -> dict[str, Any]:
         wire["cf"] = message.content_form
     if message.responses_items:
         wire["ri"] = list(message.responses_items)
+    if message.anthropic_blocks:
+        wire["ab"] = list(message.anthropic_blocks)
     return wire
 
 

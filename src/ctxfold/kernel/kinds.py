@@ -54,8 +54,10 @@ class ProviderDefaults:
     ``[estimator] name`` selects (when registered).
     ``parse_overflow(status, body)`` recognises a context-overflow error body (``None``: the
     transport's generic parser). ``request_id_headers`` are read, in order, for error
-    messages and receipts. ``loopback``: answers locally without a model (the emulator), so
-    summaries from it are no model's.
+    messages and receipts. ``headers`` are sent with every request. ``key_header`` is the
+    header that carries the API key, its value ``key_prefix`` + the key (``Authorization:
+    Bearer …`` by default; Anthropic's ``x-api-key`` has no prefix). ``loopback``: answers
+    locally without a model (the emulator), so summaries from it are no model's.
     """
 
     model: str
@@ -70,6 +72,8 @@ class ProviderDefaults:
     parse_overflow: Callable[[int, str], Any] | None = None
     request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
     headers: Mapping[str, str] = attrs.field(factory=dict)
+    key_header: str = "Authorization"
+    key_prefix: str = "Bearer "
     loopback: bool = False
 
 

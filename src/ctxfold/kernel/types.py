@@ -83,7 +83,14 @@ class Message:
     ``responses_items`` keeps the OpenAI Responses items a message was built from, in order,
     each the exact JSON of the item with the fields ctxfold models (role, content, call id,
     name, arguments, output) set to ``null``: item ids, statuses, annotations and whole
-    reasoning items go back out as they came.
+    reasoning items go back out as they came. ``anthropic_blocks`` does the same for a
+    message built from an Anthropic Messages message (:mod:`ctxfold.interop.anthropic`): the
+    content blocks it took, in order, each the exact JSON of the block with the fields the
+    message models (text, tool call id/name/input, tool result id/content, one thinking text)
+    set to ``null`` — thinking signatures, ``redacted_thinking``, ``cache_control``,
+    ``is_error``, citations and server-tool blocks go back out as they came. A first entry
+    without a ``type`` is the Anthropic message itself (role and content nulled): the
+    message opened a new Anthropic message rather than continuing the previous one.
     """
 
     role: Role
@@ -103,6 +110,7 @@ class Message:
     wire_role: str = ""
     content_form: Literal["", "null", "absent"] = ""
     responses_items: tuple[str, ...] = ()
+    anthropic_blocks: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -124,7 +132,9 @@ class Usage:
 
     ``aggregated`` marks counts summed over retries or several requests; such counts never
     calibrate an estimator (origin bug #7930). ``estimated`` marks counts that a provider did
-    not report but ctxfold guessed.
+    not report but ctxfold guessed. ``cache_write_tokens`` are the prompt tokens written to a
+    provider's cache by this request (part of ``cache_miss_tokens``), for providers that
+    bill writes (Anthropic's ``cache_creation_input_tokens``).
     """
 
     prompt_tokens: int = 0
@@ -132,6 +142,7 @@ class Usage:
     cache_hit_tokens: int = 0
     cache_miss_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
     estimated: bool = False
     aggregated: bool = False
 

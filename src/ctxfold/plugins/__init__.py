@@ -16,6 +16,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "ctxfold.plugins.providers.deepseek",
     "ctxfold.plugins.providers.mimo",
     "ctxfold.plugins.providers.responses",
+    "ctxfold.plugins.providers.anthropic",
     "ctxfold.emulator.plugin",
     "ctxfold.plugins.importers.openai",
     "ctxfold.plugins.importers.mini_swe_agent_v1",

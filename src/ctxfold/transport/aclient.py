@@ -140,7 +140,7 @@ class AsyncHttpClient(ClientBase):
         attempt = 0
         while True:
             headers = self.headers(stream)
-            key = headers.get("Authorization", "")[7:] or None
+            key = self.key_in(headers)
             delay_headers: Mapping[str, str] = {}
             try:
                 request = self._client.build_request("POST", url, content=content,

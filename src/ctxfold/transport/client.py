@@ -155,7 +155,7 @@ class HttpClient(ClientBase):
         attempt = 0
         while True:
             headers = self.headers(stream)  # key read per attempt: rotation takes effect
-            key = headers.get("Authorization", "")[7:] or None
+            key = self.key_in(headers)
             delay_headers: Mapping[str, str] = {}
             try:
                 request = self._client.build_request("POST", url, content=content,

@@ -158,7 +158,10 @@ def error_from_payload(
     provider: str, payload: Any, where: str, parse_overflow: OverflowParser | None = None
 ) -> ProviderError:
     """The typed error for an error object reported inside a 200 response or stream
-    (OpenAI ``error`` event, ``response.failed``, MiMo's in-stream ``{"error": ...}``)."""
+    (OpenAI ``error`` event, ``response.failed``, MiMo's in-stream ``{"error": ...}``,
+    Anthropic's ``error`` event ``{"type": "error", "error": {"type": "overloaded_error",
+    ...}}``: its ``api_error`` and ``overloaded_error`` are server failures,
+    https://docs.anthropic.com/en/api/errors)."""
     text = json.dumps(payload, ensure_ascii=False)
     overflow = (parse_overflow or parse_context_limit)(400, text)
     body = redact_text(text)[:ERROR_BODY_KEPT]
@@ -175,7 +178,7 @@ def error_from_payload(
         return RateLimitError(msg + "; rate limit reached, wait and retry", status=429, body=body)
     if any(w in code for w in ("auth", "key", "permission")):
         return AuthenticationError(msg + "; check the API key", status=401, body=body)
-    if any(w in code for w in ("server", "overload", "internal", "unavailable")):
+    if any(w in code for w in ("server", "overload", "internal", "unavailable", "api_error")):
         return ServerError(msg + "; the provider failed, retry later", body=body)
     return ProviderRequestError(msg + "; the provider rejected the request, check [provider] "
                                 "model and the request settings", body=body)

@@ -270,6 +270,8 @@ def build_http_provider(
         headers=dict(defaults.headers),
         parse_overflow=defaults.parse_overflow,
         request_id_headers=defaults.request_id_headers,
+        key_header=defaults.key_header,
+        key_prefix=defaults.key_prefix,
     )
     seams: dict[str, Any] = {}
     if opts.sleep is not None:

@@ -21,7 +21,8 @@ from ctxfold.transport.errors import OverflowParser
 class HttpSettings:
     """Connection policy of one provider client (all durations in seconds).
 
-    ``parse_overflow`` and ``request_id_headers`` come from what the provider declares
+    ``parse_overflow``, ``request_id_headers``, ``headers``, ``key_header`` and
+    ``key_prefix`` come from what the provider declares
     (:class:`~ctxfold.kernel.contracts.ProviderDefaults`).
     """
 
@@ -37,6 +38,8 @@ class HttpSettings:
     headers: Mapping[str, str] = attrs.field(factory=dict)
     parse_overflow: OverflowParser | None = None
     request_id_headers: tuple[str, ...] = ("x-request-id", "request-id")
+    key_header: str = "Authorization"
+    key_prefix: str = "Bearer "
 
 
 class Watchdog:
@@ -164,8 +167,13 @@ class ClientBase:
         headers.update(self.settings.headers)
         key = self.api_key()
         if key:
-            headers["Authorization"] = f"Bearer {key}"
+            headers[self.settings.key_header] = self.settings.key_prefix + key
         return headers
+
+    def key_in(self, headers: Mapping[str, str]) -> str | None:
+        """The key :meth:`headers` put in ``headers`` (to mask it in error texts)."""
+        value = headers.get(self.settings.key_header, "")
+        return value[len(self.settings.key_prefix):] or None
 
     def request_id(self, headers: Mapping[str, str]) -> str:
         """The first of the provider's request-id headers present."""
