@@ -44,7 +44,7 @@ log = logging.getLogger("ctxfold.serve")
 def _sum(a: Usage, b: Usage) -> Usage:
     return Usage(**{f: getattr(a, f) + getattr(b, f) for f in (
         "prompt_tokens", "completion_tokens", "cache_hit_tokens", "cache_miss_tokens",
-        "reasoning_tokens")}, aggregated=True)
+        "reasoning_tokens", "cache_write_tokens")}, aggregated=True)
 
 
 #: How long the rest of an upstream stream is read after its terminal event.

@@ -111,7 +111,7 @@ class Proxy:
         self.settings = settings
         self.store_path = store_path
         self.upstream = Upstream(provider, retries=settings.upstream_retries,
-                                 on_request=on_request)
+                                 on_request=on_request, effort=config.agent.effort)
         self.registry = Registry.from_config(config)
         resolved = self.registry.resolve(config)
         self.store: Store = self.registry.create(STORE, resolved.store.name, config=resolved,

@@ -46,8 +46,9 @@ def stop_reason(finish_reason: str) -> str:
 def anthropic_usage(usage: Usage) -> dict[str, Any]:
     """``usage`` in the Anthropic shape: ``input_tokens`` are the uncached ones (cache reads
     and writes are counted apart, https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching);
-    a write is known only when the upstream reported one."""
-    written = int(getattr(usage, "cache_write_tokens", 0) or 0)
+    a write is known only when the upstream reported one (an OpenAI-format upstream
+    reports none: its cache is written without a fee)."""
+    written = usage.cache_write_tokens
     uncached = max(0, usage.prompt_tokens - usage.cache_hit_tokens - written)
     return {"input_tokens": uncached, "cache_creation_input_tokens": written,
             "cache_read_input_tokens": usage.cache_hit_tokens,

@@ -26,35 +26,27 @@ import attrs
 
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.engine.prepared import PreparedRequest, to_openai_messages
-from ctxfold.interop.anthropic import (
-    place_breakpoints,
-    to_anthropic,
-    tool_to_anthropic,
-)
+from ctxfold.interop.anthropic import place_breakpoints, tool_to_anthropic, wire_of
 from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Provider
 from ctxfold.kernel.errors import ConfigError, MessageError
-from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
+from ctxfold.plugins.providers.anthropic import (
+    approximate_tokens,
+    cache_minimum,
+    checkpoint_index,
+)
 from ctxfold.plugins.summarizers.llm import LLMSummarizer
-from ctxfold.secrets import remember_secret
 from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
 from ctxfold.transport.aclient import AsyncEventStream, AsyncHttpClient
-from ctxfold.transport.provider import HttpProvider, serialize_body
+from ctxfold.transport.provider import HttpProvider, ladder_budget, serialize_body
 from ctxfold.transport.settings import JsonResult
 
 #: Fields both wire formats read alike, passed on when the client's format differs.
 _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_calls", "user",
                      "metadata", "service_tier"})
 
-
-#: ``max_tokens`` of an Anthropic request when neither the client nor the output budget rule
-#: set one and the provider declares none (the API requires the field).
-DEFAULT_MAX_TOKENS = 8192
-#: The smallest prefix worth a breakpoint when the provider declares none: Anthropic's
-#: smallest model minimum (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
-DEFAULT_MIN_CACHE_TOKENS = 1024
 
 #: Messages whose JSON the upstream keeps (then it starts over).
 _MAX_FRAGMENTS = 65_536
@@ -75,12 +67,6 @@ def upstream_wire(path: str) -> Wire:
     if tail.endswith("/responses"):
         return "responses"
     return "messages" if tail.endswith("/messages") else "chat"
-
-
-def _tokens(value: Any) -> int:
-    """A quick token count of one tool, system block or message for the breakpoint
-    minimum (about four characters a token)."""
-    return len(_dumps(value)) // 4
 
 
 #: Anthropic content blocks and the chat part each becomes for an OpenAI upstream.
@@ -117,14 +103,6 @@ def openai_form(message: Message) -> Message:
         text = "\n".join(p.get("text", "") for p in converted if p["type"] == "text")
         return attrs.evolve(message, anthropic_blocks=(), parts=(), content=text)
     return attrs.evolve(message, anthropic_blocks=(), parts=tuple(map(_dumps, converted)))
-
-
-def _sends_bearer(client: AsyncHttpClient) -> bool:
-    """Whether the transport sends the provider's key as ``Authorization: Bearer`` (an
-    Anthropic provider whose transport sends ``x-api-key`` gets a forwarded key as its own)."""
-    probe = copy.copy(client)
-    probe.settings = attrs.evolve(client.settings, api_key="probe", require_key=False)
-    return probe.headers(False).get("Authorization") == "Bearer probe"
 
 
 def http_provider_of(provider: Provider) -> HttpProvider:
@@ -251,7 +229,8 @@ class Upstream:
     body before it is sent (tests compare them between turns)."""
 
     def __init__(self, provider: Provider, *, retries: int = 0,
-                 on_request: Callable[[bytes], None] | None = None) -> None:
+                 on_request: Callable[[bytes], None] | None = None,
+                 effort: str = "high") -> None:
         inner = http_provider_of(provider)
         self.provider = provider
         self.name = str(getattr(provider, "name", inner.name))
@@ -261,6 +240,9 @@ class Upstream:
         self.model = inner.model
         self.settings = inner.http.settings
         self.on_request = on_request
+        #: ``[agent] effort``: what sizes an Anthropic body's required ``max_tokens`` when
+        #: nothing else does.
+        self.effort = effort
         self._fragments: dict[int, tuple[Message, str]] = {}
         #: Retries of a client's request: none by default — the client (its SDK) retries
         #: what the proxy answers with a 429 or 5xx, so attempts do not multiply.
@@ -280,26 +262,18 @@ class Upstream:
 
     def _http(self, forwarded: str | None,
               headers: Mapping[str, str] | None = None) -> AsyncHttpClient:
+        """The client for one request: the client's key when none is configured (sent in
+        the provider's own key header: ``x-api-key`` for Anthropic's), and on Anthropic's
+        wire the client's ``anthropic-version``/``anthropic-beta`` over the provider's."""
         if self._client is None:  # created in the server's event loop, which then owns it
             self._client = self._make() if self._make else AsyncHttpClient(self.settings)
-        client = self._client
         forward = forwarded is not None and not self.has_key()
         passed = dict(headers or {}) if self.wire == "messages" else {}
-        if forwarded is None or not forward:
-            if not passed:
-                return client
-            forwarded = None
-        clone = copy.copy(client)  # same connection pool, the request's headers
+        if not forward and not passed:
+            return self._client
+        clone = copy.copy(self._client)  # same connection pool, this request's settings
         settings = attrs.evolve(self.settings, headers={**self.settings.headers, **passed})
-        if forwarded is not None and self.wire == "messages" and _sends_bearer(client):
-            # Anthropic takes an API key as x-api-key
-            # (https://docs.anthropic.com/en/api/overview#authentication).
-            remember_secret(forwarded)
-            settings = attrs.evolve(settings, api_key="", require_key=False,
-                                    headers={**settings.headers, "x-api-key": forwarded})
-        elif forwarded is not None:
-            settings = attrs.evolve(settings, api_key=forwarded)
-        clone.settings = settings
+        clone.settings = attrs.evolve(settings, api_key=forwarded) if forward else settings
         return clone
 
     def body(self, request: ClientRequest, prepared: PreparedRequest, *,
@@ -351,35 +325,27 @@ class Upstream:
     def _anthropic(self, request: ClientRequest, prepared: PreparedRequest, cache_key: str,
                    offer: bool) -> dict[str, Any]:
         """The Messages body: ``model``, ``max_tokens`` (the API requires it: the client's,
-        else the prepared output budget, else the provider's default), ``system`` and
-        ``messages`` of the view, the other fields; then ctxfold's breakpoints in place of
-        any the client set."""
-        system, messages = to_anthropic(prepared.messages)
+        else the prepared output budget, else the output ladder, as ``complete()`` sends),
+        ``system`` and ``messages`` of the view, the other fields; then ctxfold's breakpoints
+        (the provider's TTL, the model's cache minimum) in place of any the client set — a
+        client's top-level ``cache_control`` (automatic caching) included, which would be a
+        fifth."""
+        wire = wire_of(prepared.messages)
         rest = self._fields(request, prepared, cache_key, offer)
+        rest.pop("cache_control", None)
         body: dict[str, Any] = {"model": rest.pop("model")}
         body["max_tokens"] = rest.pop("max_tokens", None) or prepared.max_output_tokens \
-            or self._default_max_tokens()
-        if system:
-            body["system"] = system
-        body["messages"] = messages
+            or ladder_budget(self.effort)
+        if wire.system:
+            body["system"] = wire.system
+        body["messages"] = wire.messages
         body.update(rest)
-        summaries = [i for i, m in enumerate(prepared.messages) if is_summary_message(m)]
-        checkpoint = len(to_anthropic(prepared.messages[:summaries[-1] + 1])[1]) - 1 \
-            if summaries else None
-        ttl, minimum = self._cache_policy()
-        return place_breakpoints(body, ttl=ttl, min_tokens=minimum, count=_tokens,
-                                 checkpoint=checkpoint)
-
-    def _default_max_tokens(self) -> int:
-        value = getattr(self.translator, "max_tokens", None)
-        return value if isinstance(value, int) and value > 0 else DEFAULT_MAX_TOKENS
-
-    def _cache_policy(self) -> tuple[str, int]:
-        """The provider's breakpoint TTL and minimum cacheable prefix."""
-        ttl = getattr(self.translator, "cache_ttl", None)
-        minimum = getattr(self.translator, "min_cache_tokens", None)
-        return (ttl if ttl in ("5m", "1h") else "5m",
-                minimum if isinstance(minimum, int) else DEFAULT_MIN_CACHE_TOKENS)
+        at = checkpoint_index(prepared.messages)
+        ttl = getattr(self.translator, "ttl", "5m")
+        count = getattr(self.translator, "count", approximate_tokens)
+        return place_breakpoints(body, ttl=ttl if ttl in ("5m", "1h") else "5m",
+                                 min_tokens=cache_minimum(str(body["model"])), count=count,
+                                 checkpoint=None if at is None else wire.positions[at])
 
     def _fields(self, request: ClientRequest, prepared: PreparedRequest,
                 cache_key: str, offer: bool) -> dict[str, Any]:
