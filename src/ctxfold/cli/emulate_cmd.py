@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 from typing import Any
 
@@ -14,12 +15,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "emulate",
         help="serve a loopback provider emulator with prefix-cache accounting",
-        description="Serve an emulated DeepSeek / MiMo / OpenAI Responses endpoint on "
-                    "127.0.0.1 that reports prompt-cache usage like the real provider. "
-                    "Prints the base URL, then serves until Ctrl-C.",
+        description="Serve an emulated DeepSeek / MiMo / OpenAI Responses / Anthropic Messages "
+                    "endpoint on 127.0.0.1 that reports prompt-cache usage like the real "
+                    "provider. Prints the base URL, then serves until Ctrl-C.",
     )
     parser.add_argument("--port", type=int, default=0, help="TCP port (0 = ephemeral, default)")
-    parser.add_argument("--profile", choices=("deepseek", "mimo", "responses"),
+    parser.add_argument("--profile", choices=("deepseek", "mimo", "responses", "anthropic"),
                         default="deepseek", help="wire format and cache rules (default deepseek)")
     parser.add_argument("--window", type=number_in(1), default=None,
                         help="context window in tokens (default: the profile's)")
@@ -27,8 +28,8 @@ def register(subparsers: Any) -> None:
                         help="JSON list of replies ({text, tool_calls, reasoning, finish_reason})")
     parser.add_argument(
         "--fault", metavar="KIND[@N][xCOUNT]", action="append", default=[],
-        help="inject a fault: rate_limit, overloaded, drop, stall, malformed, slow or "
-        "error_body; @N "
+        help="inject a fault: rate_limit, overloaded, server_error, drop, stall, malformed, "
+        "slow or error_body; @N "
         "hits request N (0-based; default: the next request), xCOUNT repeats it "
         "(e.g. --fault rate_limit@0 --fault overloaded@3x2); may be repeated",
     )
@@ -83,4 +84,8 @@ def run(args: argparse.Namespace, *, ready: threading.Event | None = None,
         raise ConfigError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; "
                           "choose another --port or 0 for an ephemeral one") from None
     print(base_url, flush=True)
+    if emulator.profile.wire == "anthropic":
+        # The Anthropic SDKs and Claude Code append /v1/messages to the base URL themselves.
+        print(f"point Anthropic clients here: ANTHROPIC_BASE_URL={base_url} (any key)",
+              file=sys.stderr, flush=True)
     return wait_until_stopped(stop, ready, emulator.stop)

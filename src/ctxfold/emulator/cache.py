@@ -22,7 +22,14 @@ Two policies (see ``docs/emulator.md``):
   https://platform.claude.com/docs/en/build-with-claude/prompt-caching ("automatic caching":
   the breakpoint moves to the last block as the conversation grows).
 
-Entries expire ``ttl`` seconds after their last use (a hit or a re-store refreshes them).
+  :meth:`PrefixCache.account_marked` is the same policy at block granularity with the
+  request's own ``cache_control`` marks (the emulator's ``anthropic`` profile): entries are
+  written only at marked blocks, each with its mark's TTL; a mark reads the longest live
+  entry among its own block and the ``lookback`` blocks before it; writes are billed per
+  TTL (:class:`MarkedResult`).
+
+Entries expire ``ttl`` seconds after their last use (a hit or a re-store refreshes them);
+a marked entry after its own mark's TTL.
 """
 
 from __future__ import annotations
@@ -67,6 +74,52 @@ class CacheResult:
         return self.prompt_tokens - self.hit_tokens
 
 
+@attrs.frozen
+class Mark:
+    """A ``cache_control`` breakpoint: the index of the marked block (in prefix order) and
+    the entry's TTL in seconds."""
+
+    block: int
+    ttl: float
+
+
+@attrs.frozen
+class MarkedResult:
+    """The accounting of one request with explicit marks (Anthropic's ``usage``).
+
+    ``read`` tokens came from the cache; ``writes`` are ``(ttl, tokens)`` pairs of the
+    prefix written by this request, in prefix order; the rest of the prompt is ``uncached``.
+    ``read + sum(writes) + uncached == prompt_tokens``.
+    """
+
+    prompt_tokens: int
+    read: int
+    writes: tuple[tuple[float, int], ...] = ()
+
+    def written(self, ttl: float | None = None) -> int:
+        """Tokens written with ``ttl`` (all TTLs when ``None``)."""
+        return sum(n for t, n in self.writes if ttl is None or t == ttl)
+
+    @property
+    def uncached(self) -> int:
+        return self.prompt_tokens - self.read - self.written()
+
+
+def block_chain(ids: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+    """The hash chain of ``ids`` cut at the block ends ``ends`` (increasing token offsets):
+    element ``k`` identifies ``ids[:ends[k]]`` *and* where its blocks start and end, so two
+    requests share an element only when they share every block up to it."""
+    chain: list[bytes] = []
+    previous, start = _ROOT, 0
+    for end in ends:
+        block = array("I", (i & 0xFFFFFFFF for i in ids[start:end])).tobytes()
+        previous = hashlib.blake2b(previous + len(block).to_bytes(8, "big") + block,
+                                   digest_size=16).digest()
+        chain.append(previous)
+        start = end
+    return chain
+
+
 @attrs.define
 class PrefixCache:
     """Persisted prefixes per scope, with last-use times for TTL expiry.
@@ -83,6 +136,9 @@ class PrefixCache:
     clock: Callable[[], float] = attrs.field(default=None)
     _stored: dict[str, dict[bytes, float]] = attrs.field(factory=dict, init=False)
     _seen: dict[str, dict[bytes, float]] = attrs.field(factory=dict, init=False)
+    #: Marked entries (:meth:`account_marked`): key → (last use, TTL).
+    _marked: dict[str, dict[bytes, tuple[float, float]]] = attrs.field(factory=dict,
+                                                                     init=False)
 
     def __attrs_post_init__(self) -> None:
         if self.clock is None:
@@ -94,6 +150,7 @@ class PrefixCache:
         """Forget every stored prefix (as if the provider flushed its cache)."""
         self._stored.clear()
         self._seen.clear()
+        self._marked.clear()
 
     def _live(self, table: dict[bytes, float], key: bytes, now: float) -> bool:
         used = table.get(key)
@@ -131,6 +188,65 @@ class PrefixCache:
         else:
             self._persist(scope, chain, list(input_ids), list(output_ids), now)
         return CacheResult(prompt_tokens=len(input_ids), hit_tokens=hit)
+
+    def account_marked(self, scope: str, input_ids: Sequence[int], ends: Sequence[int],
+                       marks: Sequence[Mark], lookback: int = 20) -> MarkedResult:
+        """Bill a request whose blocks end at the token offsets ``ends`` and whose
+        ``cache_control`` marks are ``marks`` (in prefix order), then write its entries.
+
+        As https://platform.claude.com/docs/en/build-with-claude/prompt-caching describes:
+
+        * read — for each mark, the longest live entry at its own block or one of the
+          ``lookback`` blocks before it; the longest over all marks is read (and refreshed);
+        * write — every mark whose prefix is at least ``min_tokens`` long and not already
+          cached writes an entry with its own TTL; the tokens between the read and the last
+          such mark are billed as written, those up to the last 1h-class mark (the longest
+          TTL) at that TTL and the rest at the TTL of the mark that ends them;
+        * a prefix below ``min_tokens`` is neither read nor written.
+        """
+        now = self.clock()
+        table = self._marked.setdefault(scope, {})
+        chain = block_chain(input_ids, ends)
+
+        def live(key: bytes) -> bool:
+            entry = table.get(key)
+            if entry is None:
+                return False
+            if now - entry[0] > entry[1]:
+                del table[key]
+                return False
+            return True
+
+        read_block = -1
+        for mark in marks:
+            for block in range(mark.block, max(-1, mark.block - lookback - 1), -1):
+                if block <= read_block:
+                    break
+                if live(chain[block]):
+                    read_block = block
+                    break
+        read = ends[read_block] if read_block >= 0 else 0
+        if read_block >= 0:
+            table[chain[read_block]] = (now, table[chain[read_block]][1])
+        writes: list[tuple[float, int]] = []
+        covered = read
+        eligible = [m for m in marks if ends[m.block] >= self.min_tokens]
+        for i, mark in enumerate(eligible):
+            end = ends[mark.block]
+            key = chain[mark.block]
+            previous = table.get(key)
+            table[key] = (now, max(mark.ttl, previous[1]) if previous and live(key)
+                          else mark.ttl)
+            if end <= covered:
+                continue
+            # A span is written at the longest TTL of the marks at or after it.
+            ttl = max(m.ttl for m in eligible[i:])
+            if writes and writes[-1][0] == ttl:
+                writes[-1] = (ttl, writes[-1][1] + end - covered)
+            else:
+                writes.append((ttl, end - covered))
+            covered = end
+        return MarkedResult(prompt_tokens=len(input_ids), read=read, writes=tuple(writes))
 
     def _persist(self, scope: str, chain: list[bytes], input_ids: list[int],
                  output_ids: list[int], now: float) -> None:

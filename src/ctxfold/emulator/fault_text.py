@@ -10,6 +10,7 @@ import attrs
 
 from ctxfold.emulator.faults import Fault
 from ctxfold.emulator.records import Outcome
+from ctxfold.emulator.wire_anthropic import error_event
 
 
 def bearer(headers: Mapping[str, str]) -> str:
@@ -19,9 +20,10 @@ def bearer(headers: Mapping[str, str]) -> str:
 
 
 def shaped(outcome: Outcome, fault: Fault, key: str, wire: str) -> Outcome:
-    """``outcome`` with what its ``fault`` sends on a ``wire`` (``chat`` or ``responses``)."""
+    """``outcome`` with what its ``fault`` sends on a ``wire`` (``chat``, ``responses`` or
+    ``anthropic``)."""
     said = f" (key provided: {key})" if fault.echo_key else ""
-    if fault.kind in ("rate_limit", "overloaded") and said:
+    if fault.kind in ("rate_limit", "overloaded", "server_error") and said:
         body = json.loads(json.dumps(outcome.json_body))
         body["error"]["message"] += said
         return attrs.evolve(outcome, json_body=body)
@@ -33,6 +35,12 @@ def shaped(outcome: Outcome, fault: Fault, key: str, wire: str) -> Outcome:
         text = '{"id": "broken' + said + '", "choices": [{"delta": '
         return attrs.evolve(outcome, injected=f"data: {text}\n\n" if outcome.events
                             is not None else text)
+    if wire == "anthropic":
+        text = "The server had an error while processing your request" + said
+        if outcome.events is None:
+            body = {"type": "error", "error": {"type": "api_error", "message": text}}
+            return attrs.evolve(outcome, json_body=body, injected=None)
+        return attrs.evolve(outcome, injected=error_event("overloaded_error", text))
     error = {"message": "The server had an error while processing your request" + said,
              "type": "server_error", "code": "server_error"}
     if outcome.events is None:

@@ -4,7 +4,10 @@ Kinds:
 
 * ``rate_limit`` — HTTP 429 with a ``Retry-After`` header (seconds) and the provider's
   error envelope.
-* ``overloaded`` — HTTP 503 ("Server Overloaded", providers.md §1.7).
+* ``overloaded`` — HTTP 503 ("Server Overloaded", providers.md §1.7); on the ``anthropic``
+  wire HTTP 529 ``overloaded_error`` (https://platform.claude.com/docs/en/api/errors).
+* ``server_error`` — HTTP 500 (``api_error`` on the ``anthropic`` wire, ``server_error``
+  elsewhere).
 * ``drop`` — the response starts (headers and ``after_events`` SSE events, or part of a JSON
   body) and then the connection is closed without a proper end.
 * ``stall`` — a 200 stream that only sends ``: keep-alive`` comments every ``interval``
@@ -15,11 +18,14 @@ Kinds:
 * ``slow`` — wait ``delay`` seconds before the first byte, then answer normally.
 * ``error_body`` — a 200 answer that reports an error: the JSON body is ``{"error": {...}}``,
   or, streaming, after ``after_events`` good events an error event (chat: a ``data:`` chunk
-  ``{"error": {...}}``; Responses: ``event: error``) ends the stream.
+  ``{"error": {...}}``; Responses: ``event: error``; Anthropic: ``event: error`` with
+  ``{"type": "error", "error": {"type": "overloaded_error", …}}``, the documented mid-stream
+  error) ends the stream; the JSON body is Anthropic's error body there.
 
 ``echo_key=True`` makes the fault's text quote the request's bearer key, as a provider that
 echoes a wrong key does ("Incorrect API key provided: …"): in the error message of
-``rate_limit``, ``overloaded`` and ``error_body``, in the broken data of ``malformed``.
+``rate_limit``, ``overloaded``, ``server_error`` and ``error_body``, in the broken data of
+``malformed``.
 
 A fault applies to request number ``at`` (0-based, counting every request the emulator
 received) and the ``count - 1`` after it, or — with ``at=None`` — to the next ``count``
@@ -33,10 +39,10 @@ from typing import Literal
 
 import attrs
 
-FaultKind = Literal["rate_limit", "overloaded", "drop", "stall", "malformed", "slow",
-                    "error_body"]
-FAULT_KINDS: tuple[str, ...] = ("rate_limit", "overloaded", "drop", "stall", "malformed", "slow",
-                                "error_body")
+FaultKind = Literal["rate_limit", "overloaded", "server_error", "drop", "stall", "malformed",
+                    "slow", "error_body"]
+FAULT_KINDS: tuple[str, ...] = ("rate_limit", "overloaded", "server_error", "drop", "stall",
+                                "malformed", "slow", "error_body")
 
 
 @attrs.frozen

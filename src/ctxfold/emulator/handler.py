@@ -99,11 +99,13 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _start_chunked(self, content_type: str) -> None:
+    def _start_chunked(self, content_type: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.flush()
 
@@ -129,7 +131,7 @@ class Handler(BaseHTTPRequestHandler):
     def _send_events(self, outcome: Outcome) -> None:
         fault = outcome.fault
         events = outcome.events or []
-        self._start_chunked("text/event-stream; charset=utf-8")
+        self._start_chunked("text/event-stream; charset=utf-8", outcome.headers)
         for position, event in enumerate(events):
             if fault is not None and position == fault.after_events:
                 if fault.kind == "drop":

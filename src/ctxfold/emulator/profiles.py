@@ -3,8 +3,9 @@
 The model, the window and the cache TTL are what the provider plugin declares
 (:data:`PROVIDER_DEFAULTS`); the cache policy and units follow the providers' public docs
 (DeepSeek https://api-docs.deepseek.com/guides/kv_cache, OpenAI
-https://platform.openai.com/docs/guides/prompt-caching). Where nothing is published the
-emulator picks a value and ``docs/emulator.md`` lists the assumption.
+https://platform.openai.com/docs/guides/prompt-caching, Anthropic
+https://platform.claude.com/docs/en/build-with-claude/prompt-caching). Where nothing is
+published the emulator picks a value and ``docs/emulator.md`` lists the assumption.
 """
 
 from __future__ import annotations
@@ -25,17 +26,22 @@ PROVIDER_DEFAULTS: dict[str, ProviderDefaults] = {
     "responses": responses.DEFAULTS,
 }
 
-Wire = Literal["chat", "responses"]
+Wire = Literal["chat", "responses", "anthropic"]
 
 
 @attrs.frozen
 class Profile:
     """What the emulator imitates.
 
-    ``wire``: ``chat`` (``/chat/completions``) or ``responses`` (``/responses``).
-    ``usage_style``: ``deepseek`` | ``mimo`` | ``responses`` — the usage fields and where they
-    appear in a stream. ``cache_policy``/``cache_unit``/``cache_min_tokens``/
-    ``cache_interval_units`` configure :class:`ctxfold.emulator.cache.PrefixCache`.
+    ``wire``: ``chat`` (``/chat/completions``), ``responses`` (``/responses``) or
+    ``anthropic`` (``/v1/messages``).
+    ``usage_style``: ``deepseek`` | ``mimo`` | ``responses`` | ``anthropic`` — the usage fields
+    and where they appear in a stream. ``cache_policy``/``cache_unit``/``cache_min_tokens``/
+    ``cache_interval_units`` configure :class:`ctxfold.emulator.cache.PrefixCache`; with the
+    ``anthropic`` wire the cache is block-granular (``cache_unit`` unused),
+    ``cache_min_tokens`` is the model's minimum cacheable prefix, ``cache_ttl`` the default
+    (5 min) TTL and ``cache_lookback_blocks`` how far a breakpoint looks back for an earlier
+    entry. ``max_output``: the model's largest ``max_tokens`` (0 = no limit checked).
     ``cache_thinking_output``: whether the end of a *thinking* reply (one with reasoning) is
     persisted as a unit. DeepSeek's reasoner does not: in the real transcripts its hits stop
     at the previous prompt although the reasoning is replayed and billed as prompt tokens.
@@ -43,15 +49,17 @@ class Profile:
 
     name: str
     wire: Wire
-    usage_style: Literal["deepseek", "mimo", "responses"]
+    usage_style: Literal["deepseek", "mimo", "responses", "anthropic"]
     window: int
     model: str
     cache_unit: int
     cache_ttl: float
-    cache_policy: Literal["boundaries", "all_units"] = "boundaries"
+    cache_policy: Literal["boundaries", "all_units", "breakpoints"] = "boundaries"
     cache_min_tokens: int = 0
     cache_interval_units: int = 0
     cache_thinking_output: bool = False
+    cache_lookback_blocks: int = 20
+    max_output: int = 0
 
     def default_max_output(self, body: Mapping[str, Any]) -> int:
         """The output budget reserved when the request omits its max-token field."""
@@ -93,6 +101,14 @@ PROFILES: dict[str, Profile] = {
         name="responses", wire="responses", usage_style="responses",
         **_declared("responses"), cache_unit=128, cache_policy="all_units",
         cache_min_tokens=1024,
+    ),
+    # Anthropic Messages: explicit cache_control breakpoints, 1,024-token minimum for
+    # Sonnet-class models, 5 min default TTL, 20-block lookback (prompt-caching guide);
+    # 200K window and 64K output for claude-sonnet-4-6 (models overview).
+    "anthropic": Profile(
+        name="anthropic", wire="anthropic", usage_style="anthropic", window=200_000,
+        model="claude-sonnet-4-6", cache_unit=1, cache_ttl=300.0,
+        cache_policy="breakpoints", cache_min_tokens=1024, max_output=64_000,
     ),
 }
 

@@ -16,6 +16,9 @@ class RequestRecord:
 
     ``usage`` is the wire ``usage`` object sent back (``None`` when the request was rejected
     or hit by a fault before inference); ``fault`` names the injected fault, if any.
+    ``cache_write_tokens``: the tokens written to the cache (billed as writes: the
+    ``anthropic`` profile's ``cache_creation_input_tokens``; 0 on the other profiles, whose
+    providers bill no writes).
     """
 
     index: int
@@ -27,6 +30,7 @@ class RequestRecord:
     cache_hit_tokens: int = 0
     completion_tokens: int = 0
     fault: str | None = None
+    cache_write_tokens: int = 0
 
 
 

@@ -2,7 +2,8 @@
 
 ``Emulator`` accounts every request against a prefix cache (:mod:`ctxfold.emulator.cache`),
 answers from a script (:mod:`ctxfold.emulator.script`) in the profile's wire format
-(:mod:`ctxfold.emulator.wire_chat`, :mod:`ctxfold.emulator.wire_responses`), and can inject
+(:mod:`ctxfold.emulator.wire_chat`, :mod:`ctxfold.emulator.wire_responses`,
+:mod:`ctxfold.emulator.wire_anthropic`), and can inject
 faults (:mod:`ctxfold.emulator.faults`). Everything it received is in :attr:`Emulator.requests`,
 so tests can count requests on the server side.
 """
@@ -19,7 +20,9 @@ from collections.abc import Callable, Iterable, Mapping
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from ctxfold.emulator import wire_chat, wire_responses
+import attrs
+
+from ctxfold.emulator import wire_anthropic, wire_chat, wire_responses
 from ctxfold.emulator.cache import PrefixCache
 from ctxfold.emulator.fault_text import bearer, shaped
 from ctxfold.emulator.faults import Fault, FaultPlan
@@ -52,14 +55,15 @@ class _QuietServer(ThreadingHTTPServer):
 class Emulator:
     """A provider emulator serving on ``127.0.0.1`` (never any other interface).
 
-    ``profile``: ``deepseek`` | ``mimo`` | ``responses`` or a :class:`Profile`; ``window``
-    overrides its context window; ``counter``: ``counter(text) -> int`` or an object with
-    ``encode(text) -> ids`` (default: the DeepSeek tokenizer); ``clock``: seconds, for cache
-    TTL and ``created`` stamps; ``script``: replies; ``faults``: :class:`Fault` rules;
-    ``log_requests``: a file that gets one masked JSON line per request
-    (:mod:`ctxfold.emulator.request_log`); ``require_key``: when set, every ``POST`` must send
-    ``Authorization: Bearer <require_key>`` and is refused with 401 otherwise, as a provider
-    refuses a missing or wrong key (so a caller that loses the key on the way shows).
+    ``profile``: ``deepseek`` | ``mimo`` | ``responses`` | ``anthropic`` or a
+    :class:`Profile`; ``window`` overrides its context window; ``counter``:
+    ``counter(text) -> int`` or an object with ``encode(text) -> ids`` (default: the DeepSeek
+    tokenizer); ``clock``: seconds, for cache TTL and ``created`` stamps; ``script``:
+    replies; ``faults``: :class:`Fault` rules; ``log_requests``: a file that gets one masked
+    JSON line per request (:mod:`ctxfold.emulator.request_log`); ``require_key``: when set,
+    every ``POST`` must send ``Authorization: Bearer <require_key>`` (``anthropic``: or
+    ``x-api-key: <require_key>``) and is refused with 401 otherwise, as a provider refuses a
+    missing or wrong key (so a caller that loses the key on the way shows).
     """
 
     def __init__(
@@ -162,9 +166,12 @@ class Emulator:
             outcome = self._unauthorized(index, path)
         else:
             fault = self.faults.take(index)
-            outcome = self._answer(index, path, raw, fault)
+            outcome = self._answer(index, path, raw, fault, headers or {})
             if fault is not None:
                 outcome = shaped(outcome, fault, bearer(headers or {}), self.profile.wire)
+        if self.profile.wire == "anthropic":
+            outcome = attrs.evolve(outcome, headers={"request-id": _request_id(index),
+                                                     **outcome.headers})
         if outcome.record is not None:
             with self._lock:
                 self.requests[index] = outcome.record
@@ -177,9 +184,17 @@ class Emulator:
         if self._require_key is None:
             return True
         sent = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+        if self.profile.wire == "anthropic":
+            api_key = next((v for k, v in headers.items() if k.lower() == "x-api-key"), "")
+            if hmac.compare_digest(api_key.encode(), self._require_key.encode()):
+                return True
         return hmac.compare_digest(sent.encode(), f"Bearer {self._require_key}".encode())
 
     def _unauthorized(self, index: int, path: str) -> Outcome:
+        if self.profile.wire == "anthropic":
+            return Outcome(401, wire_anthropic.error_body(
+                401, "invalid x-api-key (emulated)", request_id=_request_id(index)),
+                record=RequestRecord(index=index, path=path, body={}, status=401))
         err = wire_chat.error_body(self.profile, 401, "Authentication Fails: no API key or a "
                                    "wrong one (emulated)", err_type="authentication_error",
                                    code="invalid_api_key")
@@ -192,6 +207,14 @@ class Emulator:
                 "message": f"no GET route {path!r}; the emulator serves GET /v1/models and "
                            "POST chat/completions or responses",
                 "type": "invalid_request_error", "param": None, "code": None}})
+        elif self.profile.wire == "anthropic":
+            # https://platform.claude.com/docs/en/api/models/list
+            model: dict[str, Any] = {"type": "model", "id": self.profile.model,
+                                     "display_name": f"{self.profile.model} (emulated)",
+                                     "created_at": "2026-01-01T00:00:00Z"}
+            outcome = Outcome(200, {"data": [model], "has_more": False,
+                                    "first_id": self.profile.model,
+                                    "last_id": self.profile.model})
         else:
             model = {"id": self.profile.model, "object": "model", "created": 0,
                      "owned_by": f"ctxfold-emulator ({self.profile.name})"}
@@ -216,8 +239,11 @@ class Emulator:
         return RequestRecord(index=index, path=path, body=body, status=status,
                              fault=fault.kind if fault else None, **fields)
 
-    def _answer(self, index: int, path: str, raw: bytes, fault: Fault | None) -> Outcome:
+    def _answer(self, index: int, path: str, raw: bytes, fault: Fault | None,
+                headers: Mapping[str, str]) -> Outcome:
         profile = self.profile
+        if profile.wire == "anthropic":
+            return self._answer_anthropic(index, path, raw, fault, headers)
         paths = CHAT_PATHS if profile.wire == "chat" else RESPONSES_PATHS
         try:
             body = json.loads(raw or b"null")
@@ -232,7 +258,7 @@ class Emulator:
                                        f"emulator; use {' or '.join(paths)}",
                                        err_type="invalid_request_error")
             return Outcome(404, err, record=self._record(index, path, body, 404, fault))
-        if fault is not None and fault.kind in ("rate_limit", "overloaded"):
+        if fault is not None and fault.kind in ("rate_limit", "overloaded", "server_error"):
             return self._refusal(index, path, body, fault)
         try:
             return self._complete(index, path, body, fault)
@@ -241,15 +267,23 @@ class Emulator:
                            record=self._record(index, path, body, exc.status, fault))
 
     def _refusal(self, index: int, path: str, body: Mapping[str, Any], fault: Fault) -> Outcome:
+        anthropic = self.profile.wire == "anthropic"
+        headers: dict[str, str] = {}
         if fault.kind == "rate_limit":
             status, err_type = 429, "rate_limit_error"
             text = "Rate Limit Reached: request rate or concurrency limit reached (emulated)"
             headers = {"Retry-After": f"{fault.retry_after:g}"}
+        elif fault.kind == "server_error":
+            status, err_type = 500, "api_error" if anthropic else "server_error"
+            text = "Internal server error (emulated)"
+        elif anthropic:  # https://platform.claude.com/docs/en/api/errors
+            status, err_type, text = 529, "overloaded_error", "Overloaded (emulated)"
         else:
             status, err_type = 503, "server_error"
             text = "Server Overloaded: please retry after a brief wait (emulated)"
-            headers = {}
-        err = wire_chat.error_body(self.profile, status, text, err_type=err_type)
+        err = (wire_anthropic.error_body(status, text, err_type=err_type,
+                                         request_id=_request_id(index)) if anthropic
+               else wire_chat.error_body(self.profile, status, text, err_type=err_type))
         return Outcome(status, err, headers=headers, fault=fault,
                        record=self._record(index, path, body, status, fault))
 
@@ -312,3 +346,82 @@ class Emulator:
             return Outcome(200, events=events, fault=fault, record=record, stream=True)
         return Outcome(200, json_body, fault=fault, record=record)
 
+
+    def _answer_anthropic(self, index: int, path: str, raw: bytes, fault: Fault | None,
+                          headers: Mapping[str, str]) -> Outcome:
+        """``POST /v1/messages`` and ``/v1/messages/count_tokens`` (:mod:`.wire_anthropic`).
+        The ``anthropic-version`` header is required, as by the API
+        (https://platform.claude.com/docs/en/api/versioning)."""
+        profile = self.profile
+        request_id = _request_id(index)
+
+        def refused(status: int, body: Mapping[str, Any], message: str) -> Outcome:
+            err = wire_anthropic.error_body(status, message, request_id=request_id)
+            return Outcome(status, err, record=self._record(index, path, body, status, fault))
+
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return refused(400, {}, "Invalid JSON: the request body must be a JSON object")
+        if not any(k.lower() == "anthropic-version" for k in headers):
+            return refused(400, body, "anthropic-version: header is required")
+        counting = path in wire_anthropic.COUNT_PATHS
+        if not counting and path not in wire_anthropic.MESSAGES_PATHS:
+            return refused(404, body, f"no route {path!r} on the anthropic emulator; use "
+                                      "/v1/messages or /v1/messages/count_tokens")
+        if fault is not None and fault.kind in ("rate_limit", "overloaded", "server_error"):
+            return self._refusal(index, path, body, fault)
+        try:
+            parsed = wire_anthropic.parse_messages(profile, body, count_only=counting)
+        except WireError as exc:
+            return Outcome(exc.status, {**exc.body, "request_id": request_id},
+                           record=self._record(index, path, body, exc.status, fault))
+        input_ids: list[int] = []
+        ends: list[int] = []
+        for block in parsed.blocks:
+            input_ids.extend(self.tokens.encode(block.text))
+            ends.append(len(input_ids))
+        prompt = len(input_ids)
+        if counting:
+            return Outcome(200, {"input_tokens": prompt},
+                           record=self._record(index, path, body, 200, fault,
+                                               prompt_tokens=prompt))
+        overflow = wire_anthropic.overflow_error(profile, prompt, parsed.max_tokens)
+        if overflow is not None:
+            return Outcome(400, {**overflow.body, "request_id": request_id},
+                           record=self._record(index, path, body, 400, fault,
+                                               prompt_tokens=prompt))
+        if fault is not None and fault.kind == "stall":
+            return Outcome(200, fault=fault, stream=parsed.stream,
+                           record=self._record(index, path, body, 200, fault,
+                                               prompt_tokens=prompt))
+        message_id = f"msg_01emu{index:06d}"
+        with self._lock:
+            reply = self._script.reply(body, profile, parsed.messages)
+            result = self.cache.account_marked("", input_ids, ends, parsed.marks,
+                                               profile.cache_lookback_blocks)
+        if parsed.max_tokens == 0:  # pre-warming the cache: no output
+            blocks: list[dict[str, Any]] = []
+            reason = "max_tokens"
+        else:
+            blocks = wire_anthropic.content_blocks(reply, message_id)
+            reason = wire_anthropic.stop_reason(reply)
+        output = len(self.tokens.encode(wire_anthropic.output_text(blocks))) if blocks else 0
+        usage = wire_anthropic.usage_dict(result, output)
+        record = self._record(index, path, body, 200, fault, usage=usage, prompt_tokens=prompt,
+                              cache_hit_tokens=result.read, completion_tokens=output,
+                              cache_write_tokens=result.written())
+        if parsed.stream:
+            events = list(wire_anthropic.message_stream(parsed, blocks, reason, usage,
+                                                        message_id=message_id))
+            return Outcome(200, events=events, fault=fault, record=record, stream=True)
+        return Outcome(200, wire_anthropic.message_object(parsed, blocks, reason, usage,
+                                                          message_id=message_id),
+                       fault=fault, record=record)
+
+
+def _request_id(index: int) -> str:
+    """The ``request-id`` of request ``index`` on the anthropic wire (``req_…``)."""
+    return f"req_01emu{index:06d}"
