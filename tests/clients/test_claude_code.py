@@ -40,11 +40,12 @@ FIRST, TOTAL = 18, 24
 STEP_RE = "CTXFOLD-STEP-([0-9]+)"
 PRINT = print_filler("{{next:" + STEP_RE + "}}")
 DONE = "CTXFOLD-CLAUDE-DONE"
-#: A Claude model Claude Code knows (its environment in the system prompt, 28 KB, with 48 KB
-#: of tool schemas), and one it does not know, like a DeepSeek model behind DeepSeek's
-#: Anthropic endpoint: it assumes a 1M-token window for it (its own compaction never starts)
-#: and sends its environment as a mid-conversation ``system`` message.
-MODELS = ("claude-sonnet-4-5", "deepseek-v4-flash")
+#: A Claude model Claude Code knows (a 28 KB system prompt, 48 KB of tool schemas, its
+#: environment in ``<system-reminder>`` blocks of the first user message), and one it does
+#: not know, like a DeepSeek model behind DeepSeek's Anthropic endpoint: it assumes a
+#: 1M-token window for it (its own compaction never starts) and sends its environment as a
+#: mid-conversation ``role: "system"`` message.
+MODELS = ("claude-sonnet-4-6", "deepseek-v4-flash")
 
 
 def _bash(text: str) -> dict[str, Any]:
