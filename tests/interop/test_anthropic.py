@@ -431,3 +431,63 @@ def test_never_more_than_four_and_1h_before_5m(n: int, big: int, minimum: int,
     stripped = place_breakpoints(placed, ttl=ttl, min_tokens=10**9, count=size,
                                  checkpoint=checkpoint)
     assert marks(stripped) == []
+
+
+# -- Anthropic messages sent to OpenAI formats ---------------------------------------------------
+
+
+def test_anthropic_messages_go_to_chat_and_responses_in_their_forms() -> None:
+    from ctxfold.interop.parts import chat_messages
+    from ctxfold.interop.responses import input_items
+
+    messages = from_anthropic(SYSTEM, MESSAGES[:4])
+    chat = chat_messages(messages)
+    assert chat[2]["content"] == [
+        {"type": "text", "text": "Here is a screenshot"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+        {"type": "image_url", "image_url": {"url": "https://example.test/a.png"}}]
+    assert chat[3]["reasoning_content"] == "Read it first."
+    assert chat[3]["tool_calls"][0]["function"]["arguments"] == (
+        '{"path":"a.py","lines":[1,20],"why":"é ✓"}')
+    assert chat[5]["content"] == [{"type": "text", "text": "a.py"},
+                                  {"type": "image_url", "image_url": {
+                                      "url": "data:image/png;base64,iVBO"}}]
+    assert "cache_control" not in json.dumps(chat)
+    items = input_items(messages)
+    assert {"type": "input_image", "image_url": "data:image/png;base64,iVBO"} in \
+        items[2]["content"]
+    assert "cache_control" not in json.dumps(items)
+
+
+def test_anthropic_blocks_openai_formats_cannot_carry_are_refused_by_name() -> None:
+    from ctxfold.interop.parts import chat_messages
+    from ctxfold.interop.responses import input_items
+
+    messages = from_anthropic(None, MESSAGES)  # messages[6] holds server-tool blocks
+    with pytest.raises(MessageError, match=r"messages\[\d+\]: Anthropic block type "
+                                           r"'server_tool_use' has no chat completions form"):
+        chat_messages(messages)
+    with pytest.raises(MessageError, match="'server_tool_use' has no OpenAI Responses form"):
+        input_items(messages)
+    file_image = from_anthropic(None, [{"role": "user", "content": [
+        {"type": "text", "text": "x"}, {"type": "image", "source": {"type": "file",
+                                                                    "file_id": "f1"}}]}])
+    with pytest.raises(MessageError, match=r"content\[1\].*'file' source"):
+        chat_messages(file_image)
+
+
+def test_a_host_appends_anthropic_messages_and_tools_as_they_are(tmp_path) -> None:
+    import ctxfold
+
+    config = ctxfold.Config(summarizer=ctxfold.Config().summarizer.__class__(name="extractive"),
+                            store=ctxfold.Config().store.__class__(path=str(tmp_path / "s")))
+    cm = ctxfold.open_session("anthropic-host", config=config, tools=[
+        {"name": "read_file", "description": "Read", "input_schema": {"type": "object"},
+         "cache_control": EPHEMERAL}])
+    cm.append({"role": "system", "content": "sys"}, *MESSAGES[:6])
+    system, sent = to_anthropic(cm.prepare().messages)
+    assert dumps(sent) == dumps(MESSAGES[:6]) and system == [{"type": "text", "text": "sys"}]
+    assert [m.role for m in cm.prepare().messages].count("tool") == 3
+    assert dumps(tool_to_anthropic(cm.tools[0])) == dumps(
+        {"name": "read_file", "description": "Read", "input_schema": {"type": "object"},
+         "cache_control": EPHEMERAL})

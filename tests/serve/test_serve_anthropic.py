@@ -327,3 +327,16 @@ def test_a_resent_anthropic_history_is_read_from_where_it_differs() -> None:
     bad = {"model": "m", "messages": [*base, {"role": "user", "content": [{"type": 3}]}]}
     with pytest.raises(ctxfold.CtxfoldError, match=r"messages\[3\]\.content\[0\]"):
         parse_request("messages", bad, recent)
+
+
+def test_a_stream_that_fails_midway_ends_with_an_anthropic_error_event(serve) -> None:
+    served = serve(faults=[Fault("stall", at=0, interval=0.1, stall_cap=1.0)], keepalive=0.2)
+    seen: list[str] = []
+    with pytest.raises(anthropic.APIStatusError) as failed:  # raised on the error event
+        with client_of(served).messages.stream(
+                model="m", max_tokens=64,
+                messages=[{"role": "user", "content": "hi"}]) as stream:
+            seen.extend(event.type for event in stream)
+    assert seen[:1] == ["message_start"]  # the stream had started: the error came as an event
+    assert failed.value.body["type"] == "error"
+    assert failed.value.body["error"]["type"] in ("api_error", "timeout_error")

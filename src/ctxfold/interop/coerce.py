@@ -2,10 +2,12 @@
 uses for ``append(...)``, ``tools=`` and ``observe_usage(...)``.
 
 Messages: a :class:`~ctxfold.Message`, an OpenAI chat message dict, a Responses input item
-(a dict with a ``type``: message, function_call, function_call_output, reasoning, …), or an
-OpenAI SDK object (anything with ``model_dump``: the SDK's ``ChatCompletionMessage``,
-Responses output items), dumped without its unset fields. Tools: a
-:class:`~ctxfold.ToolSchema`, a chat or Responses function tool dict, or an SDK object.
+(a dict with a ``type``: message, function_call, function_call_output, reasoning, …), an
+Anthropic message with blocks only that format has (``tool_use``, ``tool_result``,
+``thinking``…: :mod:`ctxfold.interop.anthropic`; one message may become several), or an SDK
+object (anything with ``model_dump``: the SDK's ``ChatCompletionMessage``, Responses output
+items), dumped without its unset fields. Tools: a :class:`~ctxfold.ToolSchema`, a chat or
+Responses function tool dict, an Anthropic tool (``input_schema``), or an SDK object.
 Anything else raises :class:`MessageError` naming its position.
 """
 
@@ -14,11 +16,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ctxfold.interop.anthropic import from_anthropic, tool_from_anthropic
 from ctxfold.interop.chat import message_from_openai, tool_schema_from_openai
 from ctxfold.interop.responses import messages_from_items
 from ctxfold.interop.usage import as_mapping
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, ToolSchema
+
+#: Content blocks only the Anthropic Messages format has: a message holding one is read as an
+#: Anthropic message (text-only Anthropic messages read the same as chat messages).
+ANTHROPIC_ONLY_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking",
+                                   "server_tool_use", "document"})
+
+
+def _is_anthropic(data: Mapping[str, Any]) -> bool:
+    content = data.get("content")
+    return data.get("role") in ("user", "assistant") and isinstance(content, list) and any(
+        isinstance(b, Mapping) and (b.get("type") in ANTHROPIC_ONLY_BLOCKS
+                                    or (b.get("type") == "image" and "source" in b))
+        for b in content)
 
 
 def _is_item(data: Mapping[str, Any]) -> bool:
@@ -53,7 +69,10 @@ def to_messages(values: Iterable[Any], *, where: str = "append") -> list[Message
             items.append((i, data))
             continue
         flush()
-        out.append(message_from_openai(data, where=f"{where}[{i}]"))
+        if _is_anthropic(data):
+            out.extend(from_anthropic(None, [data], where=f"{where}[{i}:]"))
+        else:
+            out.append(message_from_openai(data, where=f"{where}[{i}]"))
     flush()
     return out
 
@@ -69,5 +88,8 @@ def to_tools(values: Iterable[Any], *, where: str = "tools") -> tuple[ToolSchema
         if data is None:
             raise MessageError(f"{where}[{i}]: expected a ctxfold ToolSchema or an OpenAI "
                                f"function tool, got {type(value).__name__}")
-        out.append(tool_schema_from_openai(data, where=f"{where}[{i}]"))
+        if "input_schema" in data and "function" not in data:
+            out.append(tool_from_anthropic(data, where=f"{where}[{i}]"))
+        else:
+            out.append(tool_schema_from_openai(data, where=f"{where}[{i}]"))
     return tuple(out)

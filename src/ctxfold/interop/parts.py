@@ -1,5 +1,6 @@
-"""Content parts between the chat and Responses forms, and the chat form of messages with
-their parts: what a part type no format knows, or a format cannot carry, is refused as."""
+"""Content parts between the chat and Responses forms (and from Anthropic blocks: text and
+images), and the chat form of messages with their parts: what a part type no format knows,
+or a format cannot carry, is refused as."""
 
 from __future__ import annotations
 
@@ -16,11 +17,45 @@ RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_
                              "input_audio", "refusal"})
 
 
+#: Anthropic blocks with a chat and a Responses form: text and images as parts, tool calls
+#: and results, thinking as reasoning text (``redacted_thinking`` is Anthropic-only state,
+#: left out like a Responses reasoning item). Any other kept block is refused.
+PORTABLE_ANTHROPIC_BLOCKS = frozenset({"text", "image", "tool_use", "tool_result", "thinking",
+                                       "redacted_thinking"})
+
+
+def check_portable(message: Message, where: str, target: str) -> None:
+    """Refuse, naming it, an Anthropic block of ``message`` that ``target`` has no form for
+    (server-tool blocks, documents…): it is never dropped."""
+    for raw in message.anthropic_blocks:
+        kind = json.loads(raw).get("type")
+        if kind is not None and kind not in PORTABLE_ANTHROPIC_BLOCKS:
+            raise MessageError(f"{where}: Anthropic block type {kind!r} has no {target} form; "
+                               "send it to an Anthropic provider or remove the block")
+
+
+def anthropic_image_url(part: Mapping[str, Any], where: str) -> str:
+    """The URL (a ``data:`` URL for base64) of an Anthropic ``image`` block."""
+    source = part.get("source")
+    if isinstance(source, Mapping) and source.get("type") == "base64":
+        return f"data:{source.get('media_type')};base64,{source.get('data')}"
+    if isinstance(source, Mapping) and isinstance(source.get("url"), str):
+        return str(source["url"])
+    raise MessageError(f"{where}: an Anthropic image with a {_kind(source)} source has no "
+                       "OpenAI form (only base64 and url sources do)")
+
+
+def _kind(source: Any) -> str:
+    return repr(source.get("type")) if isinstance(source, Mapping) else "missing"
+
+
 def part_to_responses(part: dict[str, Any], role: str, where: str) -> dict[str, Any]:
     """One content part in the Responses form (unchanged when it already is)."""
     kind = part.get("type")
     if kind in RESPONSES_PARTS:
         return part
+    if kind == "image":
+        return {"type": "input_image", "image_url": anthropic_image_url(part, where)}
     if kind == "text":
         return {"type": "output_text" if role == "assistant" else "input_text",
                 "text": part.get("text", "")}
@@ -43,6 +78,8 @@ def part_to_chat(part: dict[str, Any], where: str) -> dict[str, Any]:
     kind = part.get("type")
     if kind in CHAT_PARTS:
         return part
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": anthropic_image_url(part, where)}}
     if kind in ("input_text", "output_text"):
         return {"type": "text", "text": part.get("text", "")}
     if kind == "input_image":
@@ -81,11 +118,15 @@ def chat_messages(messages: Sequence[Message], *, part_types: frozenset[str] = C
                 raise MessageError(f"messages[{i}]: Responses item type {kind!r} has no "
                                    f"{target} form; send with to_responses() or a Responses "
                                    "provider")
+        check_portable(message, f"messages[{i}]", target)
         item = message_to_openai(message, local_fields=False)
         if message.parts:
-            keep = as_given and not message.responses_items
+            keep = as_given and not message.responses_items and not message.anthropic_blocks
             item["content"] = [_chat_part(part, f"messages[{i}].content[{j}]", part_types,
                                           target, keep) for j, part in enumerate(item["content"])]
+            if message.anthropic_blocks:  # cache_control, citations: Anthropic's own fields
+                item["content"] = [{"type": "text", "text": p["text"]} if p["type"] == "text"
+                                   else p for p in item["content"]]
         out.append(item)
     return out
 

@@ -30,7 +30,7 @@ from ctxfold.interop.chat import (
     dumps,
     function_fields,
 )
-from ctxfold.interop.parts import part_to_responses, parts_of
+from ctxfold.interop.parts import check_portable, part_to_responses, parts_of
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema
 from ctxfold.message_checks import check_message
@@ -49,6 +49,7 @@ def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
         if not m.local_only:
+            check_portable(m, f"messages[{i}]", "OpenAI Responses")
             items.extend(_items_of(m, f"messages[{i}]"))
     return items
 

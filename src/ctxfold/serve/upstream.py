@@ -48,6 +48,12 @@ _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_c
                      "metadata", "service_tier"})
 
 
+#: The largest ``max_tokens`` an Anthropic body gets when neither the client nor the output
+#: budget rule set one: what every current Claude model accepts (Opus 4.1's limit; Sonnet
+#: 4.6 and Haiku 4.5 take 64,000 — not the ladder's 65,536;
+#: https://docs.anthropic.com/en/docs/about-claude/models/overview).
+ANTHROPIC_MAX_TOKENS = 32_000
+
 #: Messages whose JSON the upstream keeps (then it starts over).
 _MAX_FRAGMENTS = 65_536
 
@@ -325,7 +331,8 @@ class Upstream:
     def _anthropic(self, request: ClientRequest, prepared: PreparedRequest, cache_key: str,
                    offer: bool) -> dict[str, Any]:
         """The Messages body: ``model``, ``max_tokens`` (the API requires it: the client's,
-        else the prepared output budget, else the output ladder, as ``complete()`` sends),
+        else the prepared output budget, else the output ladder up to
+        :data:`ANTHROPIC_MAX_TOKENS`),
         ``system`` and ``messages`` of the view, the other fields; then ctxfold's breakpoints
         (the provider's TTL, the model's cache minimum) in place of any the client set — a
         client's top-level ``cache_control`` (automatic caching) included, which would be a
@@ -335,7 +342,7 @@ class Upstream:
         rest.pop("cache_control", None)
         body: dict[str, Any] = {"model": rest.pop("model")}
         body["max_tokens"] = rest.pop("max_tokens", None) or prepared.max_output_tokens \
-            or ladder_budget(self.effort)
+            or min(ladder_budget(self.effort), ANTHROPIC_MAX_TOKENS)
         if wire.system:
             body["system"] = wire.system
         body["messages"] = wire.messages

@@ -18,7 +18,7 @@ from ctxfold.transport.provider import HttpProvider
 @pytest.fixture
 def make_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., HttpProvider]]:
     """``make_provider(name, handler, **options)`` built through the real registry."""
-    for var in ("DEEPSEEK_API_KEY", "MIMO_API_KEY", "OPENAI_API_KEY"):
+    for var in ("DEEPSEEK_API_KEY", "MIMO_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
         monkeypatch.setenv(var, SECRET)
     made: list[HttpProvider] = []
 

@@ -14,7 +14,7 @@ MiMo's Anthropic-format endpoints are other bases, e.g. ``https://api.deepseek.c
   (``cache_ttl_minutes`` ≥ 60 → ``"1h"``, else ``"5m"``), the newest message with ``"5m"``;
   none below the model's minimum cacheable prefix;
 * ``max_tokens``, required by this API: an explicit ``max_output_tokens``, else the output
-  ladder (16K/32K/64K by effort), clipped to what the window leaves;
+  ladder (16K/32K/64K by effort, 64,000 at most), clipped to what the window leaves;
 * effort ``none``: no thinking; otherwise ``thinking: {"type": "adaptive"}`` and
   ``output_config: {"effort": ...}`` (https://docs.anthropic.com/en/docs/build-with-claude/effort);
 * ``stream``.
@@ -43,6 +43,7 @@ from ctxfold.interop.anthropic import (
     usage_from_anthropic,
     wire_of,
 )
+from ctxfold.interop.chat import dumps
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyContext, StrategySpec
@@ -58,6 +59,17 @@ from ctxfold.transport.provider import (
 )
 
 NAME = "anthropic"
+#: The largest ``max_tokens`` Claude Sonnet 4.6 and Haiku 4.5 accept (64K, the models
+#: overview, https://docs.anthropic.com/en/docs/about-claude/models/overview); a larger value
+#: is refused, so the ladder's 64Ki step is clipped to it.
+MAX_OUTPUT = 64_000
+
+
+def output_ladder(effort: str) -> int:
+    """The output ladder (16K / 32K / 64K by effort) within :data:`MAX_OUTPUT`."""
+    return min(ladder_budget(effort), MAX_OUTPUT)
+
+
 #: What Anthropic declares: Claude Sonnet 4.6 with its 200K window, the cache's default 5
 #: minutes (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching), the output
 #: ladder for the required ``max_tokens``, and the API's own key and version headers.
@@ -67,7 +79,7 @@ DEFAULTS = ProviderDefaults(
     cache_ttl_minutes=5,
     base_url="https://api.anthropic.com",
     api_key_env="ANTHROPIC_API_KEY",
-    output_budget=ladder_budget,
+    output_budget=output_ladder,
     output_field="max_tokens",
     request_id_headers=("request-id", "x-request-id"),
     headers={"anthropic-version": "2023-06-01"},
@@ -138,7 +150,7 @@ class AnthropicTranslator:
             body["system"] = wire.system
         body["messages"] = wire.messages
         budget = output_budget(request, DEFAULTS)
-        body["max_tokens"] = budget if budget is not None else ladder_budget(request.effort)
+        body["max_tokens"] = budget if budget is not None else output_ladder(request.effort)
         if request.effort != "none":
             body["thinking"] = {"type": "adaptive"}
             effort = request.effort if request.effort in _EFFORTS else "high"
@@ -274,7 +286,7 @@ class AnthropicStream:
                 thinking.append(str(block.get("thinking") or ""))
             elif block["type"] == "tool_use":
                 arguments = ("".join(self.json[i]) if i in self.json
-                             else json.dumps(block.get("input") or {}))
+                             else dumps(block.get("input") or {}))
                 calls.append(ToolCall(id=str(block.get("id") or ""),
                                       name=str(block.get("name") or ""),
                                       arguments=repair_surrogates(arguments)))
