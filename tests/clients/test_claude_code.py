@@ -1,8 +1,9 @@
 """Claude Code (npm ``@anthropic-ai/claude-code``, the Messages wire): ``claude -p`` pointed
 at ``ctxfold serve`` with ``ANTHROPIC_BASE_URL``, the emulator's ``anthropic`` profile
-upstream. One task of many Bash rounds — each prints numbered filler, so the history grows
-through several checkpoints — then ``claude -p --resume <session>`` for a second turn that
-goes on from there. Forwarded-key mode (the client's ``x-api-key`` goes upstream).
+upstream (or its ``deepseek`` chat profile, the proxy translating). One task of many Bash
+rounds — each prints numbered filler, so the history grows through several checkpoints —
+then ``claude -p --resume <session>`` for a second turn that goes on from there.
+Forwarded-key mode (the client's ``x-api-key`` goes upstream).
 
 What Claude Code sends (observed at 2.1.332, docs/serve.md "Claude Code"): always streamed,
 ``POST /v1/messages?beta=true``; ``x-api-key``, ``anthropic-version``, ``anthropic-beta``
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from tests.clients.harness import (
@@ -40,12 +41,15 @@ FIRST, TOTAL = 18, 24
 STEP_RE = "CTXFOLD-STEP-([0-9]+)"
 PRINT = print_filler("{{next:" + STEP_RE + "}}")
 DONE = "CTXFOLD-CLAUDE-DONE"
-#: A Claude model Claude Code knows (a 28 KB system prompt, 48 KB of tool schemas, its
-#: environment in ``<system-reminder>`` blocks of the first user message), and one it does
-#: not know, like a DeepSeek model behind DeepSeek's Anthropic endpoint: it assumes a
-#: 1M-token window for it (its own compaction never starts) and sends its environment as a
-#: mid-conversation ``role: "system"`` message.
-MODELS = ("claude-sonnet-4-6", "deepseek-v4-flash")
+#: (model, upstream): a Claude model Claude Code knows (a 28 KB system prompt, 48 KB of
+#: tool schemas, its environment in ``<system-reminder>`` blocks of the first user message) to
+#: an Anthropic upstream; and a model it does not know, like a DeepSeek model behind
+#: DeepSeek's Anthropic endpoint or, translated by the proxy, its chat API: Claude Code
+#: assumes a 1M-token window for it (its own compaction never starts) and sends its
+#: environment as a mid-conversation ``role: "system"`` message.
+RUNS: list[tuple[str, Literal["anthropic", "deepseek"]]] = [
+    ("claude-sonnet-4-6", "anthropic"), ("deepseek-v4-flash", "anthropic"),
+        ("deepseek-v4-flash", "deepseek")]
 
 
 def _bash(text: str) -> dict[str, Any]:
@@ -98,13 +102,15 @@ def result_of(run: Run) -> dict[str, Any]:
     raise AssertionError(f"no JSON result: {run.describe()}")
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_claude_code_long_task_then_a_resumed_turn(tmp_path: Path, model: str) -> None:
+@pytest.mark.parametrize(("model", "upstream"), RUNS)
+def test_claude_code_long_task_then_a_resumed_turn(
+        tmp_path: Path, model: str, upstream: Literal["anthropic", "deepseek"]) -> None:
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
-    with running(Stack(tmp_path / "stack", profile="anthropic", window=40000, rules=RULES,
+    with running(Stack(tmp_path / "stack", profile=upstream, window=40000, rules=RULES,
                        key_mode="forwarded")) as stack:
-        first = claude(stack, work, home, model, "Turn 1: print the numbered filler, step by step.")
+        first = claude(stack, work, home, model,
+                       "Turn 1: print the numbered filler, step by step.")
         check_client(stack, first)
         one = result_of(first)
         assert one["is_error"] is False and f"{DONE}-1" in one["result"], first.describe()
