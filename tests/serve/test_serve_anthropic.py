@@ -332,11 +332,12 @@ def test_a_resent_anthropic_history_is_read_from_where_it_differs() -> None:
 def test_a_stream_that_fails_midway_ends_with_an_anthropic_error_event(serve) -> None:
     served = serve(faults=[Fault("stall", at=0, interval=0.1, stall_cap=1.0)], keepalive=0.2)
     seen: list[str] = []
-    with pytest.raises(anthropic.APIStatusError) as failed:  # raised on the error event
-        with client_of(served).messages.stream(
-                model="m", max_tokens=64,
-                messages=[{"role": "user", "content": "hi"}]) as stream:
-            seen.extend(event.type for event in stream)
+    request: dict[str, Any] = {"model": "m", "max_tokens": 64,
+                               "messages": [{"role": "user", "content": "hi"}]}
+    # The SDK raises on the error event.
+    with pytest.raises(anthropic.APIStatusError) as failed, \
+            client_of(served).messages.stream(**request) as stream:
+        seen.extend(event.type for event in stream)
     assert seen[:1] == ["message_start"]  # the stream had started: the error came as an event
     assert failed.value.body["type"] == "error"
     assert failed.value.body["error"]["type"] in ("api_error", "timeout_error")
