@@ -390,6 +390,33 @@ def test_an_error_event_ends_a_stream(chars, clock) -> None:
     assert caught.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("kind", ["malformed", "drop"])
+def test_a_broken_stream_fails_in_the_sdk(chars, clock, kind: str) -> None:
+    # anthropic 2.x speaks HTTP through ``httpx2``; a connection cut mid-stream surfaces as
+    # its RemoteProtocolError, not wrapped in an APIError.
+    import httpx2
+
+    fault = Fault(kind, at=0, after_events=3)  # type: ignore[arg-type]
+    with Emulator("anthropic", counter=chars, clock=clock, faults=[fault]) as emu, \
+            pytest.raises((anthropic.APIError, httpx2.HTTPError, ValueError)), \
+            client_for(emu).messages.stream(
+                model=MODEL, max_tokens=10,
+                messages=[{"role": "user", "content": "hi"}]) as stream:
+        stream.get_final_message()
+
+
+def test_an_echoed_key_is_the_x_api_key(chars, clock) -> None:
+    """``echo_key`` quotes the key the client sent in ``x-api-key``, so a test can check
+    that no key leaks through a proxy."""
+    fault = Fault("rate_limit", at=0, echo_key=True)
+    with Emulator("anthropic", counter=chars, clock=clock, faults=[fault]) as emu, \
+            pytest.raises(anthropic.RateLimitError) as caught:
+        anthropic.Anthropic(base_url=emu.base_url, api_key="sk-ant-secret-123",
+                            max_retries=0).messages.create(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert "sk-ant-secret-123" in caught.value.message
+
+
 def test_wrong_key_is_refused_and_x_api_key_is_accepted(chars, clock) -> None:
     with Emulator("anthropic", counter=chars, clock=clock, require_key="right") as emu:
         ok = anthropic.Anthropic(base_url=emu.base_url, api_key="right", max_retries=0)

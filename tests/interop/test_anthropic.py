@@ -407,6 +407,26 @@ def test_breakpoints_below_the_minimum_are_not_placed() -> None:
          "cache_control": {"type": "ephemeral", "ttl": "5m"}}]
 
 
+def test_a_turn_longer_than_the_lookback_gets_a_bridge_within_reach() -> None:
+    body = body_of(2, big=8000)  # messages 0-3, 3 blocks per assistant message
+    calls = [{"type": "tool_use", "id": f"t{i}", "name": "f", "input": {}} for i in range(15)]
+    results = [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "ok"}
+               for i in range(15)]
+    body["messages"] += [{"role": "user", "content": "go"},
+                         {"role": "assistant", "content": calls},
+                         {"role": "user", "content": results},
+                         {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+                         {"role": "user", "content": "next"}]
+    placed = place_breakpoints(body, ttl="1h", min_tokens=1024, count=size, checkpoint=0)
+    # 40 blocks after the checkpoint; the earliest message end within 19 blocks of the
+    # newest is messages[5]'s (15 + 1 + 1 blocks before it), messages[4]'s is 32 away
+    assert marks(placed) == [("system[0]", "1h"), ("messages[0].content[0]", "1h"),
+                             ("messages[5].content[14]", "5m"), ("messages[8].content[0]", "5m")]
+    short = place_breakpoints({**body, "messages": body["messages"][:5]}, ttl="1h",
+                              min_tokens=1024, count=size, checkpoint=0)
+    assert len(marks(short)) == 3  # within reach: no bridge
+
+
 def test_tools_take_the_first_breakpoint_when_there_is_no_system() -> None:
     body = body_of(1, big=8000)
     body["system"] = []

@@ -21,7 +21,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--port", type=int, default=0, help="TCP port (0 = ephemeral, default)")
     parser.add_argument("--profile", choices=("deepseek", "mimo", "responses", "anthropic"),
-                        default="deepseek", help="wire format and cache rules (default deepseek)")
+                        default="deepseek", metavar="NAME",
+                        help="wire format and cache rules: deepseek (default), mimo, responses "
+                             "or anthropic")
     parser.add_argument("--window", type=number_in(1), default=None,
                         help="context window in tokens (default: the profile's)")
     parser.add_argument("--script", metavar="FILE", default=None,

@@ -1,9 +1,9 @@
 """A loopback provider emulator with prefix-cache accounting (``ctxfold emulate``).
 
-It speaks the DeepSeek and MiMo chat-completions and the OpenAI Responses wire formats over
-real HTTP on 127.0.0.1, bills each request's prompt against an emulated prefix cache the way
-the provider does, answers from a deterministic script, and injects faults. See
-``docs/emulator.md``.
+It speaks the DeepSeek and MiMo chat-completions, the OpenAI Responses and the Anthropic
+Messages wire formats over real HTTP on 127.0.0.1, bills each request's prompt against an
+emulated prefix cache the way the provider does, answers from a deterministic script, and
+injects faults. See ``docs/emulator.md``.
 
 ::
 

@@ -14,9 +14,12 @@ from ctxfold.emulator.wire_anthropic import error_event
 
 
 def bearer(headers: Mapping[str, str]) -> str:
-    """The key of an ``Authorization: Bearer`` header (empty when none)."""
+    """The key of an ``Authorization: Bearer`` header, else of an ``x-api-key`` header
+    (Anthropic's; empty when none)."""
     value = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
-    return value[7:].strip() if value[:7].lower() == "bearer " else ""
+    if value[:7].lower() == "bearer ":
+        return value[7:].strip()
+    return next((v.strip() for k, v in headers.items() if k.lower() == "x-api-key"), "")
 
 
 def shaped(outcome: Outcome, fault: Fault, key: str, wire: str) -> Outcome:
@@ -30,6 +33,10 @@ def shaped(outcome: Outcome, fault: Fault, key: str, wire: str) -> Outcome:
     if outcome.status != 200 or fault.kind not in ("malformed", "error_body"):
         return outcome
     if fault.kind == "malformed":
+        if wire == "anthropic" and outcome.events is not None:
+            # The Anthropic SDKs skip an SSE event without an ``event:`` name: name it.
+            text = '{"type": "content_block_delta", "broken' + said + '": '
+            return attrs.evolve(outcome, injected=f"event: content_block_delta\ndata: {text}\n\n")
         if not said:
             return outcome
         text = '{"id": "broken' + said + '", "choices": [{"delta": '

@@ -167,6 +167,9 @@ def _turns(raw: Any) -> list[_Turn]:
                 blocks.append(block)
         else:
             raise _bad(f"messages.{i}.content: Input should be a valid string or list")
+        if not blocks and (i < len(raw) - 1 or role != "assistant"):
+            raise _bad(f"messages.{i}: all messages must have non-empty content except for "
+                       "the optional final assistant message")
         own = tuple((i, j, b) for j, b in enumerate(blocks))
         if turns and turns[-1].role == role:  # consecutive turns are combined
             turns[-1] = _Turn(role, turns[-1].blocks + own)
@@ -185,7 +188,8 @@ def _check_tool_pairs(turns: Sequence[_Turn]) -> None:
                         if b.get("type") == "tool_result"}
             missing = [u for u in uses if u not in answered]
             if missing:
-                first = turn.blocks[0][0]
+                first = next(i for i, _, b in turn.blocks if b.get("type") == "tool_use"
+                             and str(b.get("id")) == missing[0])
                 raise _bad(f"messages.{first}: `tool_use` ids were found without "
                            f"`tool_result` blocks immediately after: {', '.join(missing)}. "
                            "Each `tool_use` block must have a corresponding `tool_result` "
@@ -233,7 +237,7 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
                    count_only: bool = False) -> AnthropicRequest:
     """Validate and read a Messages body (``count_only``: a ``count_tokens`` body, which has
     no ``max_tokens``); raise :class:`WireError` as the API would."""
-    if not count_only and body.get("model") is None:
+    if body.get("model") is None:
         raise _bad("model: Field required")
     max_tokens = body.get("max_tokens")
     if not count_only:
@@ -275,9 +279,6 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
         raise _bad("system: Input should be a valid string or list of text blocks")
     for t, turn in enumerate(turns):
         prefill = t == len(turns) - 1 and turn.role == "assistant"
-        if not turn.blocks and not prefill:
-            raise _bad(f"messages.{t}: all messages must have non-empty content except for "
-                       "the optional final assistant message")
         for k, (i, j, block) in enumerate(turn.blocks):
             if block.get("type") == "text" and not prefill:
                 _check_text(block, f"messages.{i}.content.{j}", "messages")

@@ -56,6 +56,9 @@ UNCACHEABLE_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 #: Most breakpoints one request may carry
 #: (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
 MAX_BREAKPOINTS = 4
+#: How far back (in content blocks) the API looks from a breakpoint for an earlier cache
+#: entry, "about 20 blocks" (same page).
+LOOKBACK_BLOCKS = 20
 _ENVELOPE_FIELDS = ("role", "content")
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 
@@ -472,7 +475,10 @@ def place_breakpoints(body: dict[str, Any], *, ttl: str, min_tokens: int,
     checkpoint; both with ``ttl``. And the newest message, with ``5m``, so each request reads
     the previous one's prefix: a moving breakpoint is rewritten every turn, so the cheaper
     write wins, and "1h" entries must come before "5m" ones
-    (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching). A breakpoint
+    (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching). The API finds an
+    earlier entry only within about 20 blocks of a breakpoint, so when the newest message is
+    further than that from the previous breakpoint, a fourth (``5m``) bridges the gap
+    (:func:`_bridge`). A breakpoint
     whose prefix is below ``min_tokens`` (``count`` gives the tokens of one tool, system
     block or message) is not placed — the API would not cache it anyway — nor is one that
     repeats the previous. Markers the host set are removed first, so there are never more
@@ -495,7 +501,9 @@ def place_breakpoints(body: dict[str, Any], *, ttl: str, min_tokens: int,
         elif tools:
             marks.append((tools, len(tools) - 1, ttl))
     sizes = [count(m) for m in messages]
-    for index, mark_ttl in ((checkpoint, ttl), (len(messages) - 1, "5m")):
+    newest = len(messages) - 1
+    bridge = _bridge(messages, checkpoint, newest)
+    for index, mark_ttl in ((checkpoint, ttl), (bridge, "5m"), (newest, "5m")):
         if index is None or not 0 <= index < len(messages):
             continue
         if prefix + sum(sizes[:index + 1]) < min_tokens:
@@ -519,6 +527,26 @@ def place_breakpoints(body: dict[str, Any], *, ttl: str, min_tokens: int,
     if messages:
         out["messages"] = messages
     return out
+
+
+def _bridge(messages: Sequence[dict[str, Any]], checkpoint: int | None,
+            newest: int) -> int | None:
+    """The message that bridges a long last turn, or ``None``: when more than
+    :data:`LOOKBACK_BLOCKS` blocks lie between the previous breakpoint and the newest
+    message, the earliest message within that reach of the newest. Its entry is what the
+    next turn's newest breakpoint finds, and it finds the previous turn's entry itself, so
+    a turn that added up to about twice the reach (many parallel tool calls) still reads."""
+    start = checkpoint if checkpoint is not None and 0 <= checkpoint < newest else -1
+    blocks = [len(m["content"]) if isinstance(m.get("content"), list) else 1
+              for m in messages]
+    if sum(blocks[start + 1:newest + 1]) <= LOOKBACK_BLOCKS:
+        return None
+    behind = 0
+    for j in range(newest - 1, start, -1):
+        behind += blocks[j + 1]
+        if behind > LOOKBACK_BLOCKS - 1:
+            return j + 1 if j + 1 < newest else None
+    return None
 
 
 def _unmarked(value: Any) -> Any:
