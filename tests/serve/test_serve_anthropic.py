@@ -280,18 +280,24 @@ def test_count_tokens_counts_what_would_be_sent_after_the_checkpoints(serve) -> 
         client.messages.count_tokens(messages=[], **request)
 
 
-def test_history_field_messages_read_from_anthropic(serve) -> None:
+def test_an_anthropic_request_is_translated_for_a_chat_upstream(serve) -> None:
     served = serve(script=[ReplySpec(text="ok")])
-    answer = client_of(served).messages.create(
+    raw = client_of(served).messages.with_raw_response.create(
         model="m", max_tokens=8, system=SYSTEM, stop_sequences=["END"],
-        output_config={"effort": "low"},
+        output_config={"effort": "low"}, tool_choice={"type": "any",
+                                                      "disable_parallel_tool_use": True},
+        tools=[BASH, {"type": "web_search_20250305", "name": "web_search"}],
         extra_body={"temperature": 0.5},  # the SDK 2.10 has no argument for it
         messages=[{"role": "user", "content": [
             {"type": "text", "text": "look"},
             {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                          "data": "iVBORw0KGgo="}}]}])
-    assert answer.content[0].text == "ok"
+    assert raw.parse().content[0].text == "ok"
+    # The server tool has no chat form: left out, and named.
+    assert raw.headers["x-ctxfold-dropped-tools"] == "web_search_20250305:web_search"
     body = json.loads(served.bodies[-1])
+    assert [t["function"]["name"] for t in body["tools"]] == ["bash"]
+    assert body["tool_choice"] == "required" and body["parallel_tool_calls"] is False
     assert body["stop"] == ["END"] and body["temperature"] == 0.5
     assert body["reasoning_effort"] == "low"
     assert body["messages"][1]["content"][1] == {
@@ -332,11 +338,12 @@ def test_a_resent_anthropic_history_is_read_from_where_it_differs() -> None:
 def test_a_stream_that_fails_midway_ends_with_an_anthropic_error_event(serve) -> None:
     served = serve(faults=[Fault("stall", at=0, interval=0.1, stall_cap=1.0)], keepalive=0.2)
     seen: list[str] = []
-    with pytest.raises(anthropic.APIStatusError) as failed:  # raised on the error event
-        with client_of(served).messages.stream(
-                model="m", max_tokens=64,
-                messages=[{"role": "user", "content": "hi"}]) as stream:
-            seen.extend(event.type for event in stream)
+    request: dict[str, Any] = {"model": "m", "max_tokens": 64,
+                               "messages": [{"role": "user", "content": "hi"}]}
+    # The SDK raises on the error event.
+    with pytest.raises(anthropic.APIStatusError) as failed, \
+            client_of(served).messages.stream(**request) as stream:
+        seen.extend(event.type for event in stream)
     assert seen[:1] == ["message_start"]  # the stream had started: the error came as an event
     assert failed.value.body["type"] == "error"
     assert failed.value.body["error"]["type"] in ("api_error", "timeout_error")

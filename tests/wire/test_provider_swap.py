@@ -139,7 +139,7 @@ def test_checkpoint_misses_once_then_hits_and_cold_cache_misses(
     assert cold.cache_hit_tokens == 0 and cold.prompt_tokens > 0
 
 
-@pytest.mark.parametrize("profile", ["deepseek", "mimo", "responses"])
+@pytest.mark.parametrize("profile", ["deepseek", "mimo", "responses", "anthropic"])
 def test_emulator_profile_swap_is_toml_only(profile: str, tmp_path: Path) -> None:
     """`[provider] name = "emulator"` starts the emulator itself: only the TOML changes."""
     toml = tmp_path / "ctxfold.toml"
@@ -176,6 +176,7 @@ def test_emulator_profile_swap_is_toml_only(profile: str, tmp_path: Path) -> Non
     ("deepseek", "DEEPSEEK_API_KEY", "deepseek-flash", 1_048_576),
     ("mimo", "MIMO_API_KEY", "mimo-v2.5-pro", 262_144),
     ("responses", "OPENAI_API_KEY", "gpt-5.5", 400_000),
+    ("anthropic", "ANTHROPIC_API_KEY", "claude-sonnet-4-6", 200_000),
 ])
 def test_naming_a_provider_is_enough(
     name: str, key_env: str, model: str, window: int, tmp_path: Path, ctxfold_emulator,

@@ -40,7 +40,8 @@ def register(subparsers: Any) -> None:
                              "headers, body; keys and tokens masked) to FILE")
     parser.add_argument("--key-env", metavar="NAME", default=None,
                         help="refuse (401) every POST that does not send 'Authorization: "
-                             "Bearer <the value of $NAME>', as a provider refuses a wrong key")
+                             "Bearer <the value of $NAME>' (anthropic: or 'x-api-key: <it>'), "
+                             "as a provider refuses a wrong key")
     parser.set_defaults(func=run)
 
 

@@ -3,8 +3,8 @@
 With ``[provider] name = "emulator"`` (the default) every ctxfold command works with no API
 key and no server to start by hand: the factory starts :class:`ctxfold.emulator.Emulator` on
 an ephemeral 127.0.0.1 port and wraps the real provider plugin named by ``[provider] profile``
-(``deepseek``, ``mimo`` or ``responses``), so the exact wire format, SSE parsing, usage
-mapping and overflow handling of that provider run end to end.
+(``deepseek``, ``mimo``, ``responses`` or ``anthropic``), so the exact wire format, SSE
+parsing, usage mapping and overflow handling of that provider run end to end.
 """
 
 from __future__ import annotations

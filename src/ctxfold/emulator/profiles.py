@@ -17,13 +17,14 @@ import attrs
 
 from ctxfold.kernel.errors import ConfigError
 from ctxfold.kernel.kinds import ProviderDefaults
-from ctxfold.plugins.providers import deepseek, mimo, responses
+from ctxfold.plugins.providers import anthropic, deepseek, mimo, responses
 
 #: What each imitated provider's plugin declares (model, window, cache TTL, output budget).
 PROVIDER_DEFAULTS: dict[str, ProviderDefaults] = {
     "deepseek": deepseek.DEFAULTS,
     "mimo": mimo.DEFAULTS,
     "responses": responses.DEFAULTS,
+    "anthropic": anthropic.DEFAULTS,
 }
 
 Wire = Literal["chat", "responses", "anthropic"]
@@ -102,13 +103,14 @@ PROFILES: dict[str, Profile] = {
         **_declared("responses"), cache_unit=128, cache_policy="all_units",
         cache_min_tokens=1024,
     ),
-    # Anthropic Messages: explicit cache_control breakpoints, 1,024-token minimum for
-    # Sonnet-class models, 5 min default TTL, 20-block lookback (prompt-caching guide);
-    # 200K window and 64K output for claude-sonnet-4-6 (models overview).
+    # Anthropic Messages: explicit cache_control breakpoints, the model's minimum cacheable
+    # prefix (1,024 for Sonnet-class models), 5 min default TTL, 20-block lookback
+    # (prompt-caching guide); the largest max_tokens the provider declares (64K).
     "anthropic": Profile(
-        name="anthropic", wire="anthropic", usage_style="anthropic", window=200_000,
-        model="claude-sonnet-4-6", cache_unit=1, cache_ttl=300.0,
-        cache_policy="breakpoints", cache_min_tokens=1024, max_output=64_000,
+        name="anthropic", wire="anthropic", usage_style="anthropic", **_declared("anthropic"),
+        cache_unit=1, cache_policy="breakpoints",
+        cache_min_tokens=anthropic.cache_minimum(anthropic.DEFAULTS.model),
+        max_output=anthropic.MAX_OUTPUT,
     ),
 }
 

@@ -136,7 +136,7 @@ class AnthropicRenderer:
             if self._kind() != "thinking":
                 out = self._add({"type": "thinking", "thinking": "", "signature": ""})
             assert self._open is not None
-            self.blocks[self._open]["signature"] += delta.text
+            self.blocks[self._open]["signature"] = delta.text  # replaces, as the SDK reads it
             return [*out, self._delta(self._open, {"type": "signature_delta",
                                                    "signature": delta.text})]
         if isinstance(delta, CallStart):

@@ -30,29 +30,24 @@ from ctxfold.interop.anthropic import place_breakpoints, tool_to_anthropic, wire
 from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Provider
-from ctxfold.kernel.errors import ConfigError, MessageError
+from ctxfold.kernel.errors import ConfigError
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 from ctxfold.plugins.providers.anthropic import (
     approximate_tokens,
     cache_minimum,
     checkpoint_index,
+    output_ladder,
 )
 from ctxfold.plugins.summarizers.llm import LLMSummarizer
 from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
 from ctxfold.transport.aclient import AsyncEventStream, AsyncHttpClient
-from ctxfold.transport.provider import HttpProvider, ladder_budget, serialize_body
+from ctxfold.transport.provider import HttpProvider, serialize_body
 from ctxfold.transport.settings import JsonResult
 
 #: Fields both wire formats read alike, passed on when the client's format differs.
 _COMMON = frozenset({"stream", "tools", "temperature", "top_p", "parallel_tool_calls", "user",
                      "metadata", "service_tier"})
 
-
-#: The largest ``max_tokens`` an Anthropic body gets when neither the client nor the output
-#: budget rule set one: what every current Claude model accepts (Opus 4.1's limit; Sonnet
-#: 4.6 and Haiku 4.5 take 64,000 — not the ladder's 65,536;
-#: https://docs.anthropic.com/en/docs/about-claude/models/overview).
-ANTHROPIC_MAX_TOKENS = 32_000
 
 #: Messages whose JSON the upstream keeps (then it starts over).
 _MAX_FRAGMENTS = 65_536
@@ -73,42 +68,6 @@ def upstream_wire(path: str) -> Wire:
     if tail.endswith("/responses"):
         return "responses"
     return "messages" if tail.endswith("/messages") else "chat"
-
-
-#: Anthropic content blocks and the chat part each becomes for an OpenAI upstream.
-_ANTHROPIC_PARTS = frozenset({"text", "image", "document", "search_result"})
-
-
-def _chat_part(block: Mapping[str, Any], where: str) -> dict[str, Any]:
-    kind = block.get("type")
-    if kind == "text":
-        return {"type": "text", "text": block.get("text", "")}
-    source = block.get("source")
-    if kind == "image" and isinstance(source, Mapping):
-        if source.get("type") == "base64":
-            url = f"data:{source.get('media_type')};base64,{source.get('data')}"
-        else:
-            url = str(source.get("url") or "")
-        return {"type": "image_url", "image_url": {"url": url}}
-    raise MessageError(f"{where}: an Anthropic {kind!r} block has no Chat Completions or "
-                       "Responses form; send it to an Anthropic upstream, or leave it out")
-
-
-def openai_form(message: Message) -> Message:
-    """``message`` as an OpenAI-format upstream takes it: one that came from an Anthropic
-    client loses what only Anthropic's format has (thinking signatures, ``cache_control``
-    marks, ``is_error``: the kept blocks) and its content blocks become chat parts."""
-    if not message.anthropic_blocks:
-        return message
-    parts = [json.loads(p) for p in message.parts]
-    if not any(isinstance(p, dict) and p.get("type") in _ANTHROPIC_PARTS for p in parts):
-        return attrs.evolve(message, anthropic_blocks=())
-    where = f"{message.role} message {message.id or ''}".strip()
-    converted = [_chat_part(p, where) for p in parts]
-    if message.role == "tool" or all(p["type"] == "text" for p in converted):
-        text = "\n".join(p.get("text", "") for p in converted if p["type"] == "text")
-        return attrs.evolve(message, anthropic_blocks=(), parts=(), content=text)
-    return attrs.evolve(message, anthropic_blocks=(), parts=tuple(map(_dumps, converted)))
 
 
 def http_provider_of(provider: Provider) -> HttpProvider:
@@ -293,10 +252,7 @@ class Upstream:
         extend the previous one's bytes between installs."""
         if self.wire == "messages":
             return self._anthropic(request, prepared, cache_key, offer)
-        messages = [openai_form(m) for m in prepared.messages]
-        view = (attrs.evolve(prepared, messages=tuple(messages)).to_openai()
-                if self.wire == "chat" else
-                attrs.evolve(prepared, messages=tuple(messages)).to_responses())
+        view = prepared.to_openai() if self.wire == "chat" else prepared.to_responses()
         field = HISTORY_FIELD[self.wire]
         rest = self._fields(request, prepared, cache_key, offer)
         return {"model": rest.pop("model"), field: view[field], **rest}
@@ -320,8 +276,7 @@ class Upstream:
         cached = self._fragments.get(id(message))
         if cached is not None and cached[0] is message:
             return cached[1]
-        form = to_openai_messages([openai_form(message)]) if self.wire == "chat" \
-            else input_items([openai_form(message)])
+        form = to_openai_messages([message]) if self.wire == "chat" else input_items([message])
         text = ",".join(map(_dumps, form))
         if len(self._fragments) >= _MAX_FRAGMENTS:
             self._fragments.clear()
@@ -331,8 +286,8 @@ class Upstream:
     def _anthropic(self, request: ClientRequest, prepared: PreparedRequest, cache_key: str,
                    offer: bool) -> dict[str, Any]:
         """The Messages body: ``model``, ``max_tokens`` (the API requires it: the client's,
-        else the prepared output budget, else the output ladder up to
-        :data:`ANTHROPIC_MAX_TOKENS`),
+        else the prepared output budget, else the provider's output ladder, as
+        ``complete()`` sends),
         ``system`` and ``messages`` of the view, the other fields; then ctxfold's breakpoints
         (the provider's TTL, the model's cache minimum) in place of any the client set — a
         client's top-level ``cache_control`` (automatic caching) included, which would be a
@@ -342,7 +297,7 @@ class Upstream:
         rest.pop("cache_control", None)
         body: dict[str, Any] = {"model": rest.pop("model")}
         body["max_tokens"] = rest.pop("max_tokens", None) or prepared.max_output_tokens \
-            or min(ladder_budget(self.effort), ANTHROPIC_MAX_TOKENS)
+            or output_ladder(self.effort)
         if wire.system:
             body["system"] = wire.system
         body["messages"] = wire.messages
