@@ -319,10 +319,12 @@ def test_a_resent_anthropic_history_is_read_from_where_it_differs() -> None:
             {"type": "tool_result", "tool_use_id": "t1", "content": "a b"},
             {"type": "text", "text": "and then?"}]}]
     recent = RecentHistories()
+    env = {"role": "system", "content": "cwd: /work"}  # mid-conversation, as Claude Code
     bodies = [base, [*base, {"role": "assistant", "content": "done"}],
               [base[0], {"role": "assistant", "content": "other"}],
               [*base, {"role": "assistant", "content": "done"},
-               {"role": "user", "content": "more"}]]
+               {"role": "user", "content": "more"}],
+              [base[0], env, *base[1:]], [base[0], env, *base[1:], env]]
     for messages in bodies:
         body = {"model": "m", "system": [{"type": "text", "text": SYSTEM, "cache_control": MARK}],
                 "messages": marked(messages)}
@@ -347,3 +349,35 @@ def test_a_stream_that_fails_midway_ends_with_an_anthropic_error_event(serve) ->
     assert seen[:1] == ["message_start"]  # the stream had started: the error came as an event
     assert failed.value.body["type"] == "error"
     assert failed.value.body["error"]["type"] in ("api_error", "timeout_error")
+
+
+@pytest.mark.parametrize("profile", ["deepseek", "anthropic"])
+def test_a_mid_conversation_system_message_is_read_as_claude_code_sends_it(serve,
+                                                                          profile: str) -> None:
+    """Claude Code puts its environment in a ``role: "system"`` message after the first user
+    message: a list with a marked text block while it is the newest, a string afterwards."""
+    served = serve(profile, script=[call("t1", command="ls"), ReplySpec(text="done")])
+    client = client_of(served)
+    env = "<env>cwd: /work</env>"
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {"role": "system", "content": [{"type": "text", "text": env, "cache_control": MARK}]}]
+    first = client.messages.with_raw_response.create(
+        model="claude-sonnet-4-6", max_tokens=64, tools=[BASH], messages=history)
+    blocks = [b.model_dump(exclude_none=True) for b in first.parse().content]
+    history[1] = {"role": "system", "content": env}
+    history += [{"role": "assistant", "content": blocks},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                              "content": "a b"}]}]
+    second = client.messages.with_raw_response.create(
+        model="claude-sonnet-4-6", max_tokens=64, tools=[BASH], messages=marked(history))
+    assert second.parse().content[0].text == "done"
+    assert first.headers["x-ctxfold-session"] == second.headers["x-ctxfold-session"]
+    canonical = served.canonical(second.headers["x-ctxfold-session"])
+    assert [m.role for m in canonical] == ["user", "system", "assistant", "tool", "assistant"]
+    body = json.loads(served.bodies[-1])
+    if profile == "deepseek":  # a chat upstream takes a system message anywhere
+        assert body["messages"][1] == {"role": "system", "content": env}
+    else:  # an Anthropic upstream gets it as user text, which every model takes
+        assert body["messages"][1]["role"] == "user"
+        assert body["messages"][1]["content"][0]["text"] == env

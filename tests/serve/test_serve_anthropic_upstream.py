@@ -127,7 +127,9 @@ def test_the_clients_key_goes_to_an_anthropic_upstream_as_x_api_key(serve) -> No
     assert emu.keys == [(SECRET, None, "context-1m-2025-08-07"), (SECRET, None, None)]
 
 
-def test_an_openai_client_runs_a_tool_loop_against_an_anthropic_upstream(serve) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_openai_client_runs_a_tool_loop_against_an_anthropic_upstream(serve,
+                                                                        stream: bool) -> None:
     served = serve("anthropic", script=script(), window=5000, summarizer="extractive")
     client = OpenAI(base_url=served.base, api_key="sk-unused", max_retries=0, timeout=30)
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
@@ -135,17 +137,11 @@ def test_an_openai_client_runs_a_tool_loop_against_an_anthropic_upstream(serve) 
     for task in TASKS:
         messages.append({"role": "user", "content": task})
         while True:
-            raw = client.chat.completions.with_raw_response.create(
-                model="claude-sonnet-4-6", messages=messages, tools=[BASH],
-                max_completion_tokens=512, stop="END", parallel_tool_calls=False)
-            actions.append(raw.headers["x-ctxfold-action"])
-            choice = raw.parse().choices[0]
-            message = choice.message.model_dump(exclude_none=True)
+            message, headers = chat_turn(client, messages, stream)
+            actions.append(headers["x-ctxfold-action"])
             messages.append(message)
             if not message.get("tool_calls"):
-                assert choice.finish_reason == "stop"
                 break
-            assert choice.finish_reason == "tool_calls"
             for c in message["tool_calls"]:
                 assert c["function"]["name"] == "bash"
                 messages.append({"role": "tool", "tool_call_id": c["id"],
@@ -153,11 +149,40 @@ def test_an_openai_client_runs_a_tool_loop_against_an_anthropic_upstream(serve) 
     assert actions.count("summary") >= 2, actions
     body = json.loads(served.bodies[-1])
     assert body["max_tokens"] == 512 and body["stop_sequences"] == ["END"]
+    assert body.get("stream", False) is stream
     assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     assert body["tools"][0] == {"name": "bash", "description": "Run a shell command.",
                                 "input_schema": BASH["function"]["parameters"]}
     assert body["system"][0]["text"] == SYSTEM
     assert len(marks(body)) <= 4
+
+
+def chat_turn(client: OpenAI, messages: list[dict[str, Any]],
+              stream: bool) -> tuple[dict[str, Any], Any]:
+    """One chat call; the assistant message as the agent appends it, and the headers."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="claude-sonnet-4-6", messages=messages, tools=[BASH],
+        max_completion_tokens=512, stop="END", parallel_tool_calls=False, stream=stream)
+    if not stream:
+        choice = raw.parse().choices[0]
+        assert choice.finish_reason == ("tool_calls" if choice.message.tool_calls else "stop")
+        return choice.message.model_dump(exclude_none=True), raw.headers
+    text, calls, finish = [], {}, None
+    for chunk in raw.parse():
+        for part in chunk.choices:
+            finish = part.finish_reason or finish
+            text.append(part.delta.content or "")
+            for frag in part.delta.tool_calls or ():
+                slot = calls.setdefault(frag.index, {"id": "", "type": "function",
+                                                     "function": {"name": "", "arguments": ""}})
+                slot["id"] = frag.id or slot["id"]
+                slot["function"]["name"] += frag.function.name or ""
+                slot["function"]["arguments"] += frag.function.arguments or ""
+    assert finish == ("tool_calls" if calls else "stop")
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    if calls:
+        message["tool_calls"] = [calls[k] for k in sorted(calls)]
+    return message, raw.headers
 
 
 def test_a_responses_client_against_an_anthropic_upstream(serve) -> None:

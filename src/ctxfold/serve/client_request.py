@@ -4,6 +4,7 @@ the proxy passes on untouched."""
 
 from __future__ import annotations
 
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -79,7 +80,40 @@ def _anthropic_entry(raw: Any, i: int, _field: str) -> list[Message]:
     """Entry 0 is ``{"system": …}``, entry ``i`` the message ``messages[i - 1]``."""
     if i == 0:
         return from_anthropic(raw["system"], [])
+    if _is_system(raw):
+        return [_system_message(raw, i - 1)]
     return from_anthropic(None, [raw], where="messages")
+
+
+def _is_system(raw: Any) -> bool:
+    return isinstance(raw, Mapping) and raw.get("role") == "system"
+
+
+def _system_message(raw: Mapping[str, Any], index: int) -> Message:
+    """A mid-conversation system message (``{"role": "system", "content": text or text
+    blocks}``, https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages;
+    Claude Code sends one after the first user message) as a system message of the
+    history."""
+    try:
+        return from_anthropic(raw.get("content"), [])[0]
+    except (MessageError, IndexError) as exc:
+        raise MessageError(f"messages[{index}].content: a system message takes a string or "
+                           f"text blocks ({exc})") from None
+
+
+def _anthropic_history(system: Any, raw: list[Any]) -> list[Message]:
+    """``from_anthropic`` of a history that may hold mid-conversation system messages
+    (which it does not read): each stands in as a placeholder user message, then replaced,
+    so every other message is read — and named in an error — at its own index."""
+    tag = uuid.uuid4().hex
+    placeholders = {f"ctxfold-system-{tag}-{i}": _system_message(m, i)
+                    for i, m in enumerate(raw) if _is_system(m)}
+    if not placeholders:
+        return from_anthropic(system, raw)
+    marks = iter(placeholders)
+    stand_in = [{"role": "user", "content": next(marks)} if _is_system(m) else m for m in raw]
+    return [placeholders.get(m.content, m) if m.role == "user" and not m.parts else m
+            for m in from_anthropic(system, stand_in)]
 
 
 class RecentHistories:
@@ -247,7 +281,7 @@ def _history(wire: Wire, body: Mapping[str, Any]) -> list[Message]:
             raise ServeError("'messages' must be a list of at least one message",
                              param="messages")
         try:
-            return from_anthropic(body.get("system"), raw)
+            return _anthropic_history(body.get("system"), raw)
         except MessageError as exc:
             raise ServeError(str(exc), param="messages") from None
     head: list[Message] = []
