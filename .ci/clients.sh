@@ -3,8 +3,8 @@
 # pinned, into its own virtualenv / npm prefix under .ci-clients/ (git-ignored), then drives
 # it against `ctxfold serve` + the emulator.
 #
-#   bash .ci/clients.sh                 # all six
-#   bash .ci/clients.sh llm codex       # some: mini llm langchain aider opencode codex
+#   bash .ci/clients.sh                 # all eight
+#   bash .ci/clients.sh llm codex       # some: mini llm langchain aider opencode codex claude anthropic
 #   CTXFOLD_CLIENTS_KEY_MODE=configured bash .ci/clients.sh mini   # provider key in the proxy
 #
 # ctxfold itself comes from the active virtualenv (.ci/run's), else .venv, else a new
@@ -20,8 +20,13 @@ LANGCHAIN_OPENAI=langchain-openai==1.7.4
 AIDER=aider-chat==0.86.2
 OPENCODE=opencode-ai@1.18.33
 CODEX=@openai/codex@0.169.0
+# Claude Code's npm package ships no JavaScript: its postinstall copies the native binary from
+# the platform's optional dependency (@anthropic-ai/claude-code-linux-x64, ~400 MB, also on
+# npm), so the npm registry is all it needs. The official anthropic SDK (client `anthropic`)
+# is a pinned dev dependency of ctxfold itself: nothing to install.
+CLAUDE_CODE=@anthropic-ai/claude-code@2.1.332
 
-all=(mini llm langchain aider opencode codex)
+all=(mini llm langchain aider opencode codex claude anthropic)
 clients=("$@")
 [ ${#clients[@]} -eq 0 ] && clients=("${all[@]}")
 for c in "${clients[@]}"; do
@@ -34,9 +39,9 @@ mkdir -p "$home"
 export CTXFOLD_CLIENTS_HOME="$home"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-if [ -n "${VIRTUAL_ENV:-}" ] && python -c "import ctxfold, pytest, starlette" 2>/dev/null; then
+if [ -n "${VIRTUAL_ENV:-}" ] && python -c "import ctxfold, pytest, starlette, anthropic" 2>/dev/null; then
   py=python
-elif [ -x .venv/bin/python ] && .venv/bin/python -c "import ctxfold, pytest, starlette" 2>/dev/null; then
+elif [ -x .venv/bin/python ] && .venv/bin/python -c "import ctxfold, pytest, starlette, anthropic" 2>/dev/null; then
   py=.venv/bin/python
 else
   python3 -m venv "$home/venv-ctxfold"
@@ -75,7 +80,7 @@ for c in "${clients[@]}"; do
     llm) pip_client llm "$LLM" & ;;
     langchain) pip_client lc "$LANGCHAIN_OPENAI" & ;;
     aider) pip_client aider "$AIDER" & ;;
-    opencode|codex) continue ;;
+    opencode|codex|claude|anthropic) continue ;;
   esac
   pids+=($!) names+=("$c")
 done
@@ -83,6 +88,7 @@ npm_specs=()
 for c in "${clients[@]}"; do
   [ "$c" = opencode ] && npm_specs+=("$OPENCODE")
   [ "$c" = codex ] && npm_specs+=("$CODEX")
+  [ "$c" = claude ] && npm_specs+=("$CLAUDE_CODE")
 done
 if [ ${#npm_specs[@]} -gt 0 ]; then
   npm_client "${npm_specs[@]}" &
@@ -94,7 +100,8 @@ done
 echo "-- installed in $(( $(date +%s) - started ))s"
 
 declare -A test_file=([mini]=test_mini_swe_agent.py [llm]=test_llm.py [langchain]=test_langchain.py
-                      [aider]=test_aider.py [opencode]=test_opencode.py [codex]=test_codex.py)
+                      [aider]=test_aider.py [opencode]=test_opencode.py [codex]=test_codex.py
+                      [claude]=test_claude_code.py [anthropic]=test_anthropic_sdk.py)
 files=()
 for c in "${clients[@]}"; do files+=("tests/clients/${test_file[$c]}"); done
 

@@ -92,7 +92,9 @@ class Stack:
     """Emulator + proxy for one client run (see the module doc)."""
 
     root: Path
-    profile: Literal["deepseek", "responses"]
+    #: The emulator's profile and the proxy's provider (one wire end to end; ``anthropic``
+    #: is the Messages wire with cache breakpoints ctxfold places).
+    profile: Literal["deepseek", "responses", "anthropic"]
     window: int
     rules: Mapping[str, Any]
     key_mode: KeyMode = "forwarded"
@@ -125,6 +127,13 @@ class Stack:
     def base_url(self) -> str:
         """What the client is pointed at (``http://127.0.0.1:PORT/v1``)."""
         return self.proxy_url
+
+    @property
+    def root_url(self) -> str:
+        """The proxy without ``/v1`` (``http://127.0.0.1:PORT``): what Anthropic clients are
+        pointed at (the SDK's ``base_url``, Claude Code's ``ANTHROPIC_BASE_URL``), which
+        append ``/v1/messages`` themselves."""
+        return self.proxy_url.removesuffix("/v1")
 
     def start(self) -> Stack:
         override = os.environ.get("CTXFOLD_CLIENTS_KEY_MODE")
@@ -300,13 +309,31 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+def _anthropic_results(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """``(tool name, result text)`` of the ``tool_result`` blocks of an Anthropic body's
+    last message (a user message), named from the ``tool_use`` blocks before it."""
+    if not messages or messages[-1].get("role") != "user" \
+            or not isinstance(messages[-1].get("content"), list):
+        return []
+    names = {b.get("id"): b.get("name") for m in messages if m.get("role") == "assistant"
+             and isinstance(m.get("content"), list) for b in m["content"]
+             if isinstance(b, Mapping) and b.get("type") == "tool_use"}
+    return [(str(names.get(b.get("tool_use_id"))), _text_of(b.get("content")))
+            for b in messages[-1]["content"]
+            if isinstance(b, Mapping) and b.get("type") == "tool_result"]
+
+
 def tool_rounds(requests: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """``(tool name, result text)`` of every upstream request that ends with the result of
-    a tool call made in the same body: what the client sent back after running its tool."""
+    a tool call made in the same body: what the client sent back after running its tool
+    (Chat Completions ``tool`` messages, Responses ``*_call_output`` items, Anthropic
+    ``tool_result`` blocks)."""
     rounds = []
     for request in requests:
         body = request.get("body") or {}
-        if "messages" in body:
+        if "messages" in body and _anthropic_results(body["messages"]):
+            rounds += _anthropic_results(body["messages"])
+        elif "messages" in body:
             items = body["messages"]
             tail = []
             for item in reversed(items):

@@ -136,7 +136,7 @@ def _bounded(request: pytest.FixtureRequest) -> Iterator[None]:
 @contextlib.contextmanager
 def serving(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     """``start(profile, script=..., window=..., faults=..., api_key=..., max_retries=...,
-    guard=..., **settings)``
+    guard=..., summarizer=..., **settings)``
     starts a proxy in front of a fresh emulator; every one started is stopped at the end."""
     running: list[Served] = []
 
@@ -144,7 +144,7 @@ def serving(tmp_path: Path) -> Iterator[Callable[..., Served]]:
               window: int | None = None, faults: Sequence[Fault] = (),
               api_key: str | None = "local-test-key", api_key_env: str = "",
               emulator: Emulator | None = None, max_retries: int = 0,
-              guard: GuardSettings | None = None,
+              guard: GuardSettings | None = None, summarizer: str = "llm",
               **settings: Any) -> Served:
         emu = emulator or Emulator(profile, script=script, counter=quarter, faults=faults)
         emu.start()
@@ -152,7 +152,7 @@ def serving(tmp_path: Path) -> Iterator[Callable[..., Served]]:
         config = Config(provider=ProviderConfig(name=emu.profile.name,
                                                 api_key_env=api_key_env),
                         estimator=EstimatorConfig(name=ESTIMATOR),
-                        summarizer=SummarizerConfig(name="llm"),
+                        summarizer=SummarizerConfig(name=summarizer),
                         store=StoreConfig(path=str(root)))
         provider = ctxfold.create_provider(config, options=ProviderOptions(
             base_url=emu.base_url, api_key=api_key, max_retries=max_retries))

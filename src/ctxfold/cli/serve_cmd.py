@@ -1,4 +1,5 @@
-"""``ctxfold serve``: an OpenAI-compatible proxy that gives any agent ctxfold."""
+"""``ctxfold serve``: an OpenAI- and Anthropic-compatible proxy that gives any agent
+ctxfold."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ EXTRA_HINT = "pip install 'ctxfold[serve]'"
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="serve an OpenAI-compatible proxy that keeps every agent's context",
-        description="Serve POST /v1/chat/completions and /v1/responses (streaming or not), "
-                    "GET /v1/models and /healthz. Each request's history is reconciled with "
+        help="serve an OpenAI- and Anthropic-compatible proxy that keeps every agent's "
+             "context",
+        description="Serve POST /v1/chat/completions, /v1/responses and /v1/messages "
+                    "(streaming or not), /v1/messages/count_tokens, GET /v1/models and "
+                    "/healthz. Each request's history is reconciled with "
                     "a ctxfold session and the provider [provider] name selects (the "
                     "loopback emulator by default) is sent ctxfold's view. Prints the base "
                     "URL clients use, then serves until Ctrl-C. See docs/serve.md.",

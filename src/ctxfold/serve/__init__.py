@@ -1,12 +1,14 @@
-"""``ctxfold serve``: an OpenAI-compatible proxy that gives any agent ctxfold.
+"""``ctxfold serve``: an OpenAI- and Anthropic-compatible proxy that gives any agent ctxfold.
 
-An agent that speaks Chat Completions or Responses to a configurable base URL, and resends
+An agent that speaks Chat Completions, Responses or Anthropic Messages to a configurable
+base URL, and resends
 its whole history every turn, is pointed at the proxy. The proxy reconciles that history
 with the session's canonical transcript (:mod:`~ctxfold.serve.sessions`), sends the
 provider ctxfold's view instead (:mod:`~ctxfold.serve.upstream`), answers the model's
 ``use_capability`` calls itself (:mod:`~ctxfold.serve.exchange`) and streams the answer back
 in the client's wire format (:mod:`~ctxfold.serve.render_chat`,
-:mod:`~ctxfold.serve.render_responses`). Starlette and uvicorn (the ``serve`` extra) are
+:mod:`~ctxfold.serve.render_responses`, :mod:`~ctxfold.serve.render_anthropic`), whatever
+the upstream's. Starlette and uvicorn (the ``serve`` extra) are
 imported only by :mod:`~ctxfold.serve.app`, :mod:`~ctxfold.serve.guard` (the checks every
 request passes first) and :mod:`~ctxfold.serve.server`.
 

@@ -1,10 +1,13 @@
 """The proxy's HTTP face, a Starlette application: ``POST /v1/chat/completions``, ``POST
-/v1/responses`` (streaming or not), ``GET /v1/models`` and ``GET /healthz``.
+/v1/responses``, ``POST /v1/messages`` (streaming or not), ``POST
+/v1/messages/count_tokens``, ``GET /v1/models`` and ``GET /healthz``.
 
 Every answer carries ``X-Ctxfold-Session`` (the session the history now lives in) and,
 when a model was asked, ``X-Ctxfold-Action`` / ``X-Ctxfold-Projection-Version`` (what
-ctxfold's ``prepare()`` did). Failures are OpenAI-shaped: the provider's own status and body
-when it refused, else ``{"error": {...}}`` naming what failed. Nothing of a request's
+ctxfold's ``prepare()`` did). Failures are in the client's format: the provider's own status
+and body when it refused (an Anthropic body turned OpenAI-shaped, or the reverse, when the
+formats differ), else an error naming what failed — ``{"error": {...}}`` on the OpenAI
+routes, ``{"type": "error", "error": {...}}`` on ``/v1/messages``. Nothing of a request's
 headers is logged, stored or echoed.
 """
 
@@ -17,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import attrs
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -27,10 +31,21 @@ from starlette.types import Receive, Scope, Send
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import Wire, parse_request
-from ctxfold.serve.errors import ServeError, error_answer, error_envelope, error_headers
+from ctxfold.serve.errors import (
+    ServeError,
+    error_answer,
+    error_envelope,
+    error_headers,
+    in_wire,
+)
 from ctxfold.serve.exchange import Exchange
 from ctxfold.serve.guard import DECODED, Guard, GuardSettings, loads
 from ctxfold.serve.proxy import REQUEST, Proxy
+
+#: Request headers an Anthropic client sends that an Anthropic upstream must see (the API
+#: version and the beta features the body relies on,
+#: https://docs.anthropic.com/en/api/versioning, https://docs.anthropic.com/en/api/beta-headers).
+ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
 
 log = logging.getLogger("ctxfold.serve")
 
@@ -62,32 +77,46 @@ def _state(exchange: Exchange) -> dict[str, str]:
             "X-Ctxfold-Projection-Version": str(first.projection_version)}
 
 
-def _denied() -> JSONResponse:
-    return JSONResponse(error_envelope(
-        "missing or wrong proxy key: send 'Authorization: Bearer <key>' with the key this "
-        "ctxfold serve was started with", kind="authentication_error",
-        code="invalid_api_key"), status_code=401)
+def _refused(payload: dict[str, Any], status: int, wire: str,
+             headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(in_wire(status, payload, wire), status_code=status, headers=headers)
 
 
-def _no_key(proxy: Proxy) -> JSONResponse:
+def _denied(wire: str) -> JSONResponse:
+    return _refused(error_envelope(
+        "missing or wrong proxy key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>' "
+        "with the key this ctxfold serve was started with", kind="authentication_error",
+        code="invalid_api_key"), 401, wire)
+
+
+def _no_key(proxy: Proxy, wire: str) -> JSONResponse:
     variable = proxy.upstream.settings.api_key_env
     where = f"${variable} is not set where ctxfold serve runs" if variable else \
         "no key is configured"
-    return JSONResponse(error_envelope(
+    return _refused(error_envelope(
         f"no key for the upstream provider {proxy.upstream.name!r}: {where}, and the request "
-        "sent no 'Authorization: Bearer <key>' to forward; send the provider key, or set "
-        "the variable before starting ctxfold serve", kind="authentication_error",
-        code="missing_api_key"), status_code=401)
+        "sent no 'Authorization: Bearer <key>' or 'x-api-key: <key>' to forward; send the "
+        "provider key, or set the variable before starting ctxfold serve",
+        kind="authentication_error", code="missing_api_key"), 401, wire)
+
+
+async def _body(request: Request) -> Any:
+    body: Any = getattr(request.state, DECODED, None)  # the guard decoded it
+    if body is None:
+        try:
+            body = loads(await request.body())
+        except (ValueError, RecursionError):
+            raise ServeError("the request body is not JSON (or nests too deeply)") from None
+    return body
 
 
 async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
     started = time.perf_counter()
-    authorization = request.headers.get("authorization")
-    if not proxy.check_key(authorization):
-        return _denied()
-    forwarded = proxy.forwarded_key(authorization)
+    if not proxy.check_key(request.headers):
+        return _denied(wire)
+    forwarded = proxy.forwarded_key(request.headers)
     if forwarded is None and proxy.upstream.needs_key():
-        return _no_key(proxy)
+        return _no_key(proxy, wire)
     locks: AsyncExitStack | None = AsyncExitStack()
     session_id = ""
     exchange: Exchange | None = None
@@ -100,13 +129,11 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
                  (time.perf_counter() - started) * 1000)
 
     try:
-        body: Any = getattr(request.state, DECODED, None)  # the guard decoded it
-        if body is None:
-            try:
-                body = loads(await request.body())
-            except (ValueError, RecursionError):
-                raise ServeError("the request body is not JSON (or nests too deeply)") from None
-        client = parse_request(wire, body, proxy.recent)
+        client = parse_request(wire, await _body(request), proxy.recent)
+        if wire == "messages":
+            client = attrs.evolve(client, headers={
+                name: request.headers[name] for name in ANTHROPIC_HEADERS
+                if name in request.headers})
         session_id = proxy.conversation(request.headers, client)
         REQUEST.set((asyncio.get_running_loop(), forwarded))
         assert locks is not None
@@ -136,7 +163,7 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
         headers = error_headers(exc)
         if session_id:
             headers["X-Ctxfold-Session"] = session_id
-        return JSONResponse(payload, status_code=status, headers=headers)
+        return _refused(payload, status, wire, headers)
     finally:
         if locks is not None:
             await locks.aclose()
@@ -151,9 +178,23 @@ def create_app(proxy: Proxy, guard: GuardSettings | None = None) -> Starlette:
     async def responses(request: Request) -> Response:
         return await _answer(proxy, "responses", request)
 
+    async def messages(request: Request) -> Response:
+        return await _answer(proxy, "messages", request)
+
+    async def count_tokens(request: Request) -> Response:
+        if not proxy.check_key(request.headers):
+            return _denied("messages")
+        try:
+            client = parse_request("messages", await _body(request))
+            return JSONResponse({"input_tokens": await asyncio.to_thread(
+                proxy.count_tokens, request.headers, client)})
+        except CtxfoldError as exc:
+            status, payload = error_answer(exc)
+            return _refused(payload, status, "messages")
+
     async def models(request: Request) -> Response:
-        if not proxy.check_key(request.headers.get("authorization")):
-            return _denied()
+        if not proxy.check_key(request.headers):
+            return _denied("chat")
         model = {"id": proxy.upstream.model, "object": "model", "created": 0,
                  "owned_by": f"ctxfold serve ({proxy.upstream.name})"}
         return JSONResponse({"object": "list", "data": [model]})
@@ -172,6 +213,10 @@ def create_app(proxy: Proxy, guard: GuardSettings | None = None) -> Starlette:
     routes = [Route(f"{prefix}/chat/completions", chat, methods=["POST"])
               for prefix in ("/v1", "")]
     routes += [Route(f"{prefix}/responses", responses, methods=["POST"])
+               for prefix in ("/v1", "")]
+    routes += [Route(f"{prefix}/messages", messages, methods=["POST"])
+               for prefix in ("/v1", "")]
+    routes += [Route(f"{prefix}/messages/count_tokens", count_tokens, methods=["POST"])
                for prefix in ("/v1", "")]
     routes += [Route("/v1/models", models, methods=["GET"]),
                Route("/healthz", healthz, methods=["GET"])]

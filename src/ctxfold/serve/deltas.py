@@ -1,6 +1,6 @@
 """What one upstream answer adds, as it arrives: text, reasoning, tool-call starts and
-argument fragments — the same four kinds from either wire format, so one renderer per
-*client* format serves any upstream.
+argument fragments — the same kinds from every wire format (Chat Completions, Responses,
+Anthropic Messages), so one renderer per *client* format serves any upstream.
 
 The provider's own stream assembler (its translator's) is fed the same events first: it
 raises the typed error of an in-stream failure and assembles the message that enters the
@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from ctxfold.interop.anthropic import to_anthropic
 from ctxfold.kernel.types import Message, SseEvent
 
 
@@ -58,11 +59,33 @@ class Item:
     item: Mapping[str, Any]
 
 
-Delta = Text | Reasoning | CallStart | CallArgs | Item
+@attrs.frozen
+class Signature:
+    """The signature of the reasoning just sent (an Anthropic ``thinking`` block's
+    ``signature``), which an Anthropic client must send back with the block; the other
+    client formats have no place for it."""
+
+    text: str
+
+
+@attrs.frozen
+class Block:
+    """A whole Anthropic content block of a type the proxy does not model
+    (``redacted_thinking``, ``server_tool_use``, ``web_search_tool_result``, …), forwarded
+    as the upstream sent it to an Anthropic client (the other formats have no form for it)."""
+
+    key: Any
+    block: Mapping[str, Any]
+
+
+Delta = Text | Reasoning | Signature | CallStart | CallArgs | Item | Block
 
 
 def message_deltas(message: Message) -> list[Delta]:
-    """The deltas of a whole assembled message (a non-streaming answer)."""
+    """The deltas of a whole assembled message (a non-streaming answer); one that came
+    from an Anthropic upstream in its blocks' order, signatures and other blocks too."""
+    if message.anthropic_blocks:
+        return _block_deltas(message)
     out: list[Delta] = []
     if message.reasoning_content:
         out.append(Reasoning(message.reasoning_content))
@@ -72,6 +95,28 @@ def message_deltas(message: Message) -> list[Delta]:
         out.append(CallStart(i, call.id, call.name))
         if call.arguments:
             out.append(CallArgs(i, call.arguments))
+    return out
+
+
+def _block_deltas(message: Message) -> list[Delta]:
+    _system, wire = to_anthropic([message])
+    content = wire[0]["content"] if wire else []
+    if isinstance(content, str):
+        return [Text(content)] if content else []
+    out: list[Delta] = []
+    for key, block in enumerate(content):
+        kind = block.get("type")
+        if kind == "text":
+            out += [Text(str(block["text"]))] if block.get("text") else []
+        elif kind == "thinking":
+            out += [Reasoning(str(block.get("thinking") or ""))]
+            out += [Signature(str(block["signature"]))] if block.get("signature") else []
+        elif kind == "tool_use":
+            out.append(CallStart(key, str(block.get("id") or ""), str(block.get("name") or "")))
+            if block.get("input"):
+                out.append(CallArgs(key, json.dumps(block["input"], ensure_ascii=False)))
+        else:
+            out.append(Block(key, block))
     return out
 
 
@@ -186,6 +231,88 @@ class ResponsesDeltas:
         return []
 
 
-def parser_for(wire: str) -> ChatDeltas | ResponsesDeltas:
+class AnthropicDeltas:
+    """Deltas of an Anthropic Messages event stream
+    (https://docs.anthropic.com/en/docs/build-with-claude/streaming): ``content_block_start``
+    opens a block at ``index``, ``content_block_delta`` carries its ``text_delta``,
+    ``thinking_delta``, ``signature_delta`` or ``input_json_delta``. A block of a type the
+    proxy does not model is forwarded whole when it stops (its streamed input joined in)."""
+
+    def __init__(self) -> None:
+        self._others: dict[Any, dict[str, Any]] = {}
+        self._inputs: dict[Any, list[str]] = {}
+
+    def feed(self, event: SseEvent) -> list[Delta]:
+        data = event.data.strip()
+        if not data:
+            return []
+        payload = json.loads(data)
+        if not isinstance(payload, Mapping):
+            return []
+        kind = payload.get("type") or event.event
+        key = payload.get("index")
+        if kind == "content_block_start":
+            return self._start(key, payload.get("content_block"))
+        if kind == "content_block_delta":
+            return self._delta(key, payload.get("delta"))
+        if kind == "content_block_stop" and key in self._others:
+            block = self._others.pop(key)
+            parts = self._inputs.pop(key, [])
+            if parts:
+                try:
+                    block["input"] = json.loads("".join(parts))
+                except ValueError:
+                    block["input"] = {}
+            return [Block(key, block)]
+        return []
+
+    def _start(self, key: Any, block: Any) -> list[Delta]:
+        if not isinstance(block, Mapping):
+            return []
+        kind = block.get("type")
+        if kind == "text":
+            return [Text(str(block["text"]))] if block.get("text") else []
+        if kind == "thinking":
+            out: list[Delta] = []
+            if block.get("thinking"):
+                out.append(Reasoning(str(block["thinking"])))
+            if block.get("signature"):
+                out.append(Signature(str(block["signature"])))
+            return out
+        if kind == "tool_use":
+            start: list[Delta] = [CallStart(key, str(block.get("id") or ""),
+                                            str(block.get("name") or ""))]
+            given = block.get("input")
+            if given:  # streamed calls start with {} and send their input as deltas
+                start.append(CallArgs(key, json.dumps(given, ensure_ascii=False)))
+            return start
+        self._others[key] = dict(block)
+        return []
+
+    def _delta(self, key: Any, delta: Any) -> list[Delta]:
+        if not isinstance(delta, Mapping):
+            return []
+        kind = delta.get("type")
+        if kind == "text_delta" and delta.get("text"):
+            return [Text(str(delta["text"]))]
+        if kind == "thinking_delta" and delta.get("thinking"):
+            return [Reasoning(str(delta["thinking"]))]
+        if kind == "signature_delta" and delta.get("signature"):
+            return [Signature(str(delta["signature"]))]
+        if kind == "input_json_delta" and delta.get("partial_json"):
+            if key in self._others:
+                self._inputs.setdefault(key, []).append(str(delta["partial_json"]))
+                return []
+            return [CallArgs(key, str(delta["partial_json"]))]
+        return []
+
+    def finish(self) -> list[Delta]:
+        """Nothing is held back in this format."""
+        return []
+
+
+def parser_for(wire: str) -> ChatDeltas | ResponsesDeltas | AnthropicDeltas:
     """A fresh parser for one upstream answer in ``wire`` format."""
+    if wire == "messages":
+        return AnthropicDeltas()
     return ResponsesDeltas() if wire == "responses" else ChatDeltas()

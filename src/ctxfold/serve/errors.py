@@ -1,4 +1,5 @@
-"""The errors the proxy answers with (each becomes an OpenAI-shaped error response)."""
+"""The errors the proxy answers with: an OpenAI-shaped error response on the OpenAI routes,
+an Anthropic-shaped one on ``/v1/messages`` (:func:`in_wire`)."""
 
 from __future__ import annotations
 
@@ -131,3 +132,46 @@ def error_headers(exc: BaseException) -> dict[str, str]:
     if isinstance(wait, int | float) and wait > 0:
         return {"Retry-After": str(math.ceil(wait))}
     return {}
+
+
+#: Anthropic's error ``type`` per HTTP status
+#: (https://docs.anthropic.com/en/api/errors): the others of 4xx are invalid requests,
+#: the others of 5xx ``api_error``.
+ANTHROPIC_KINDS: dict[int, str] = {
+    400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+    429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
+
+
+def anthropic_kind(status: int) -> str:
+    """Anthropic's error ``type`` for an HTTP ``status``."""
+    return ANTHROPIC_KINDS.get(status, "invalid_request_error" if status < 500 else "api_error")
+
+
+def anthropic_envelope(message: str, status: int) -> dict[str, Any]:
+    """``{"type": "error", "error": {"type", "message"}}`` (the Anthropic shape)."""
+    return {"type": "error",
+            "error": {"type": anthropic_kind(status), "message": redact_text(message)}}
+
+
+def _is_anthropic(payload: Any) -> bool:
+    return isinstance(payload, dict) and payload.get("type") == "error" \
+        and isinstance(payload.get("error"), dict)
+
+
+def in_wire(status: int, payload: dict[str, Any], wire: str) -> dict[str, Any]:
+    """An error body (:func:`error_answer`'s) in the shape of the client's ``wire``: on
+    ``messages`` an Anthropic error body as it is, anything else as one whose ``type``
+    follows the status (the message kept); on the OpenAI routes an Anthropic upstream's
+    body as an OpenAI envelope of the same type and message."""
+    if wire == "messages":
+        if _is_anthropic(payload):
+            return payload
+        error = payload.get("error", payload)
+        message = error.get("message") if isinstance(error, dict) else error
+        return anthropic_envelope(str(message or f"the request failed ({status})"), status)
+    if _is_anthropic(payload):
+        error = payload["error"]
+        return error_envelope(str(error.get("message") or ""),
+                              kind=str(error.get("type") or "upstream_error"))
+    return payload

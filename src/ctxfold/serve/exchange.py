@@ -30,7 +30,8 @@ from ctxfold.kernel.types import ChatResponse, Message, Trigger, Usage
 from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import ClientRequest
 from ctxfold.serve.deltas import CallArgs, CallStart, Delta, message_deltas, parser_for
-from ctxfold.serve.errors import error_answer
+from ctxfold.serve.errors import error_answer, in_wire
+from ctxfold.serve.render_anthropic import FINISH_REASONS, AnthropicRenderer
 from ctxfold.serve.render_chat import ChatRenderer
 from ctxfold.serve.render_responses import ResponsesRenderer, response_echo
 from ctxfold.serve.sessions import USE_CAPABILITY
@@ -43,7 +44,7 @@ log = logging.getLogger("ctxfold.serve")
 def _sum(a: Usage, b: Usage) -> Usage:
     return Usage(**{f: getattr(a, f) + getattr(b, f) for f in (
         "prompt_tokens", "completion_tokens", "cache_hit_tokens", "cache_miss_tokens",
-        "reasoning_tokens")}, aggregated=True)
+        "reasoning_tokens", "cache_write_tokens")}, aggregated=True)
 
 
 #: How long the rest of an upstream stream is read after its terminal event.
@@ -81,10 +82,14 @@ class Exchange:
         self.keepalive = keepalive
         model = request.model or upstream.model
         created = int(time.time())
+        self.renderer: ChatRenderer | ResponsesRenderer | AnthropicRenderer
         if request.wire == "chat":
-            self.renderer: ChatRenderer | ResponsesRenderer = ChatRenderer(
+            self.renderer = ChatRenderer(
                 response_id=f"chatcmpl-{uuid.uuid4().hex[:24]}", model=model,
                 created=created, include_usage=request.include_usage)
+        elif request.wire == "messages":
+            self.renderer = AnthropicRenderer(message_id=f"msg_{uuid.uuid4().hex[:24]}",
+                                              model=model)
         else:
             system = request.history[0] if request.instructions else None
             self.renderer = ResponsesRenderer(
@@ -127,7 +132,7 @@ class Exchange:
             body = await self._body(trigger)
             try:
                 self._events = await self._round_stack.enter_async_context(
-                    self.upstream.stream(body, self.forwarded))
+                    self.upstream.stream(body, self.forwarded, self.request.headers))
                 return
             except ContextLimitError:
                 if trigger == "overflow":
@@ -140,7 +145,7 @@ class Exchange:
         for trigger in triggers:
             body = await self._body(trigger)
             try:
-                result = await self.upstream.post(body, self.forwarded)
+                result = await self.upstream.post(body, self.forwarded, self.request.headers)
             except ContextLimitError:
                 if trigger == "overflow":
                     raise
@@ -181,8 +186,12 @@ class Exchange:
         if theirs:
             self.finish_reason = "tool_calls"
             return False
-        self.finish_reason = "stop" if response.finish_reason == "tool_calls" \
-            else response.finish_reason
+        # An Anthropic upstream's reasons in OpenAI terms for an OpenAI-format client (an
+        # Anthropic client gets them as they are); a round that called only use_capability
+        # did not end the answer.
+        finish = response.finish_reason if self.request.wire == "messages" else \
+            FINISH_REASONS.get(response.finish_reason, response.finish_reason)
+        self.finish_reason = "stop" if finish in ("tool_calls", "tool_use") else finish
         return bool(mine) and self.rounds < self.max_rounds
 
     # -- the two faces --------------------------------------------------------------------
@@ -240,8 +249,8 @@ class Exchange:
         except CtxfoldError as exc:  # nothing of the broken round entered the transcript
             log.warning("%s session=%s stream failed: %s", self.request.wire,
                         self.cm.session_id, redact_text(str(exc), self.forwarded))
-            _status, payload = error_answer(exc, self.forwarded)
-            for text in self.renderer.error(payload):
+            status, payload = error_answer(exc, self.forwarded)
+            for text in self.renderer.error(in_wire(status, payload, self.request.wire)):
                 yield text
         finally:
             await self._round_stack.aclose()

@@ -13,8 +13,9 @@ web page and a careless client can do").
   read) within :attr:`GuardSettings.body_timeout` seconds (408), and JSON nested deeper
   than :attr:`GuardSettings.max_depth` is a 400.
 
-Every refusal is an OpenAI error envelope. :func:`exposure_error` says when serving would
-let anyone spend the operator's provider key.
+Every refusal is an OpenAI error envelope (an Anthropic error body on the ``/messages``
+routes). :func:`exposure_error` says when serving would let anyone spend the operator's
+provider key.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ try:  # the serve extra brings it; without it, json alone
 except ImportError:  # pragma: no cover - the serve extra installs it
     orjson = None  # type: ignore[assignment]
 
-from ctxfold.serve.errors import error_envelope
+from ctxfold.serve.errors import error_envelope, in_wire
 
 #: Allow-list entry that turns a check off (``--allow-host '*'``, ``--allow-origin '*'``).
 ANY = "*"
@@ -264,6 +265,10 @@ class Guard:
                 else:
                     receive = _replay(read, receive)
         if refusal is not None:
+            if "/messages" in scope.get("path", ""):  # an Anthropic client reads its shape
+                refusal = JSONResponse(in_wire(refusal.status_code,
+                                               json.loads(bytes(refusal.body)),
+                                               "messages"), status_code=refusal.status_code)
             await refusal(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -89,6 +89,11 @@ class SessionPool:
         self.measure(session_id, cm)
         return cm
 
+    def peek(self, session_id: str) -> ContextManager | None:
+        """The session when it is open, else ``None`` (nothing is opened or touched)."""
+        with self._guard:
+            return self._sessions.get(session_id)
+
     def measure(self, session_id: str, cm: ContextManager) -> None:
         """Count what ``session_id`` holds now (it grew) and close the least recently used
         sessions over the bounds."""

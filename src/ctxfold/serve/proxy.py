@@ -16,16 +16,17 @@ from ctxfold.config.load import LoadedConfig
 from ctxfold.engine.manager import ContextManager
 from ctxfold.engine.opening import create_provider, open_session
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import Provider, Store
+from ctxfold.kernel.contracts import Estimator, Provider, Store
 from ctxfold.kernel.errors import SummarizerError
-from ctxfold.kernel.kinds import SIDECAR_FORMAT, STORE, SUMMARIZER, StoreOptions
+from ctxfold.kernel.kinds import ESTIMATOR, SIDECAR_FORMAT, STORE, SUMMARIZER, StoreOptions
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import (
+    RequestShape,
     SummaryRequest,
     SummaryResult,
     ToolSchema,
 )
-from ctxfold.serve.client_request import ClientRequest, RecentHistories
+from ctxfold.serve.client_request import ClientRequest, RecentHistories, estimated_tools
 from ctxfold.serve.pool import SessionPool
 from ctxfold.serve.routing import Router
 from ctxfold.serve.sessions import (
@@ -110,7 +111,7 @@ class Proxy:
         self.settings = settings
         self.store_path = store_path
         self.upstream = Upstream(provider, retries=settings.upstream_retries,
-                                 on_request=on_request)
+                                 on_request=on_request, effort=config.agent.effort)
         self.registry = Registry.from_config(config)
         resolved = self.registry.resolve(config)
         self.store: Store = self.registry.create(STORE, resolved.store.name, config=resolved,
@@ -132,21 +133,22 @@ class Proxy:
                             registry=self.registry, store=self.store,
                             summarizer=self.summarizer)
 
-    def check_key(self, authorization: str | None) -> bool:
-        """Whether the request may pass: no proxy key is set, or it sent that key."""
+    def check_key(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request may pass: no proxy key is set, or it sent that key (as
+        ``Authorization: Bearer`` or as ``x-api-key``, see :func:`presented_keys`)."""
         key = os.environ.get(self.settings.key_env, "")
         if not key:
             return True
-        token = bearer(authorization) or ""
-        return hmac.compare_digest(token.encode(), key.encode())
+        return any(hmac.compare_digest(token.encode(), key.encode())
+                   for token in presented_keys(headers))
 
-    def forwarded_key(self, authorization: str | None) -> str | None:
+    def forwarded_key(self, headers: Mapping[str, str]) -> str | None:
         """The client's key to use upstream: only when no proxy key is set (the client's
         header then is its provider key); the upstream uses it only without a key of its
         own."""
         if os.environ.get(self.settings.key_env):
             return None
-        return bearer(authorization)
+        return next(iter(presented_keys(headers)), None)
 
     def conversation(self, headers: Mapping[str, str], request: ClientRequest) -> str:
         """The session that names the request's conversation (see
@@ -160,6 +162,19 @@ class Proxy:
             return conversation_session(named)
         return derive_session_id(request.model, request.history)
 
+    def count_tokens(self, headers: Mapping[str, str], request: ClientRequest) -> int:
+        """The input tokens of what the proxy would send for ``request`` now (its history
+        after the checkpoint that covers it, its tools), estimated with the estimator of
+        the session it continues, else with the configured one (worker thread; nothing is
+        routed or appended)."""
+        view, cm = self.router.would_send(self.conversation(headers, request), request)
+        estimator = cm.estimator if cm is not None else self._estimator()
+        return estimator.estimate(RequestShape(view, estimated_tools(request)))
+
+    def _estimator(self) -> Estimator:
+        resolved = self.registry.resolve(self.config)
+        return self.registry.create(ESTIMATOR, resolved.estimator.name, config=resolved)
+
     async def route(self, family_id: str, request: ClientRequest,
                     stack: AsyncExitStack) -> tuple[str, ContextManager]:
         """The session the request continues, locked on ``stack``, its new messages
@@ -171,6 +186,14 @@ class Proxy:
         close = getattr(self.provider, "close", None)
         if callable(close):
             close()
+
+
+def presented_keys(headers: Mapping[str, str]) -> list[str]:
+    """The keys a request presents: ``Authorization: Bearer …`` (OpenAI clients; Claude Code
+    with ``ANTHROPIC_AUTH_TOKEN``), then ``x-api-key`` (Anthropic clients with an API key,
+    https://docs.anthropic.com/en/api/overview#authentication)."""
+    keys = [bearer(headers.get("authorization")), (headers.get("x-api-key") or "").strip()]
+    return [k for k in keys if k]
 
 
 def bearer(authorization: str | None) -> str | None:

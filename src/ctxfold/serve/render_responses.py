@@ -12,7 +12,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxfold.kernel.types import Usage
-from ctxfold.serve.deltas import CallArgs, CallStart, Delta, Item, Reasoning, Text
+from ctxfold.serve.deltas import (
+    Block,
+    CallArgs,
+    CallStart,
+    Delta,
+    Item,
+    Reasoning,
+    Signature,
+    Text,
+)
 from ctxfold.serve.render_chat import sse
 
 
@@ -89,6 +98,8 @@ class ResponsesRenderer:
     def feed(self, delta: Delta) -> list[str]:
         """The events of one client-visible delta."""
         out: list[str] = []
+        if isinstance(delta, Block | Signature):
+            return []  # Anthropic's own: no Responses form
         if isinstance(delta, Reasoning):
             if self._reasoning is None:
                 self._reasoning, added = self._add({

@@ -190,6 +190,20 @@ class Router:
                          f"this request ({MAX_REPLANS} attempts); retry it", status=409,
                          kind="conflict", code="session_busy")
 
+    def would_send(self, family_id: str, request: ClientRequest
+                   ) -> tuple[list[Message], ContextManager | None]:
+        """What the proxy would send for ``request`` now, without routing it (nothing is
+        appended or locked; worker thread): its history after the longest checkpoint that
+        covers a prefix of it, and the open session it continues, if any (whose estimator
+        counts it)."""
+        history = request.history
+        chain = chain_of([key_digest(m) for m in history])
+        hit = self.checkpoints.longest(chain, len(chain))
+        view = [*hit[2].messages, *history[hit[0]:]] if hit is not None else list(history)
+        family = self.families.get(family_id)
+        best = self._best(family, chain) if family is not None else None
+        return view, self.pool.peek(best[0]) if best is not None and best[1].matched else None
+
     def _refresh(self, family: Family, session_id: str,
                  tools: Sequence[ToolSchema]) -> ContextManager:
         """Open the session (its lock held) and bring its index entry up to date."""

@@ -12,8 +12,9 @@ Responses ``instructions`` included) and the first user message.
 it with each branch's transcript *as the client sees it*, message by message, by the
 message's *client key*: role, text (surrounding whitespace ignored), non-text parts,
 tool-call ids, names and arguments (parsed and serialized canonically, so ``{"a": 1}`` and
-``{"a":1}`` are one call), and a tool result's call id — not reasoning, item ids, names or
-other fields a client may drop or reorder. An assistant message that called tools is known
+``{"a":1}`` are one call), and a tool result's call id — not reasoning, item ids, names,
+Anthropic ``cache_control`` marks (which a client moves between turns), thinking signatures
+or other fields a client may drop or reorder. An assistant message that called tools is known
 by its calls alone (clients drop or rewrite the text around a call). The proxy's own
 ``use_capability`` exchanges are invisible to the client, so an assistant *group* — an
 assistant message that called only ``use_capability``, its answers, and the assistant
@@ -123,6 +124,11 @@ def _content_key(message: Message) -> Key:
             continue
         if part.get("type") in TEXT_PART_TYPES and isinstance(part.get("text"), str):
             texts.append(part["text"])
+        elif isinstance(part, dict):
+            # An Anthropic client moves its cache_control marks from block to block between
+            # turns (Claude Code marks the newest messages): a mark is not content.
+            others.append(json.dumps({k: v for k, v in part.items() if k != "cache_control"},
+                                     sort_keys=True))
         else:
             others.append(json.dumps(part, sort_keys=True))
     return ("\n".join(texts).strip(), *others)
