@@ -236,3 +236,21 @@ def test_the_clients_marks_never_reach_an_anthropic_upstream(serve) -> None:
     assert "cache_control" not in {k for k in body}
     assert marks(body) == []  # all below the cache minimum: none placed
     assert [b["text"] for b in body["messages"][0]["content"]] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"reasoning_effort": "xhigh", "max_completion_tokens": 9},
+     {"output_config": {"effort": "max"}, "max_tokens": 9}),
+    ({"reasoning": {"effort": "none"}}, {}),  # no counterpart: the model's default
+    ({"tool_choice": "none", "parallel_tool_calls": False}, {"tool_choice": {"type": "none"}}),
+    ({"tool_choice": {"type": "function", "function": {"name": "bash"}},
+      "parallel_tool_calls": False},
+     {"tool_choice": {"type": "tool", "name": "bash", "disable_parallel_tool_use": True}}),
+    ({"stop": "END", "user": "u1", "seed": 3, "logprobs": True},
+     {"stop_sequences": ["END"], "metadata": {"user_id": "u1"}}),
+])
+def test_openai_fields_for_an_anthropic_upstream(fields: dict[str, Any],
+                                                 expected: dict[str, Any]) -> None:
+    from ctxfold.serve.upstream import translate_fields
+
+    assert translate_fields(fields, "messages", "chat") == expected

@@ -136,6 +136,13 @@ def _from_anthropic_fields(fields: Mapping[str, Any], target: Wire,
     return out
 
 
+#: OpenAI reasoning efforts as Anthropic's ``output_config.effort`` (low, medium, high, max:
+#: https://docs.anthropic.com/en/docs/build-with-claude/effort); ``none`` has no counterpart
+#: (the effort is left to the model's default).
+_ANTHROPIC_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high",
+                      "xhigh": "max", "max": "max"}
+
+
 def _to_anthropic_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     """An OpenAI client's fields for an Anthropic upstream."""
     out: dict[str, Any] = {}
@@ -154,9 +161,11 @@ def _to_anthropic_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "reasoning_effort" or (key == "reasoning" and isinstance(value, Mapping)
                                            and value.get("effort")):
             effort = value if key == "reasoning_effort" else value["effort"]
-            out["output_config"] = {"effort": effort}
-    if parallel is False:
-        choice = out.get("tool_choice")
+            if effort in _ANTHROPIC_EFFORTS:
+                out["output_config"] = {"effort": _ANTHROPIC_EFFORTS[effort]}
+    choice = out.get("tool_choice")
+    if parallel is False and (choice is None or (isinstance(choice, Mapping)
+                              and choice.get("type") in ("auto", "any", "tool"))):
         out["tool_choice"] = {**(choice if isinstance(choice, Mapping) else {"type": "auto"}),
                               "disable_parallel_tool_use": True}
     return out
