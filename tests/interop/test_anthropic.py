@@ -511,3 +511,12 @@ def test_a_host_appends_anthropic_messages_and_tools_as_they_are(tmp_path) -> No
     assert dumps(tool_to_anthropic(cm.tools[0])) == dumps(
         {"name": "read_file", "description": "Read", "input_schema": {"type": "object"},
          "cache_control": EPHEMERAL})
+
+
+def test_message_fields_beyond_role_and_content_are_kept() -> None:
+    given = [{"role": "user", "content": [{"type": "text", "text": "hi"}], "x_note": 1},
+             {"content": [{"type": "text", "text": "yo"}], "role": "assistant"}]
+    assert dumps(to_anthropic(from_anthropic(None, given))[1]) == dumps(given)
+    # a string content with another field comes back as one text block, the field kept
+    sent = to_anthropic(from_anthropic(None, [{"role": "user", "content": "hi", "x": 2}]))[1]
+    assert sent == [{"role": "user", "content": [{"type": "text", "text": "hi"}], "x": 2}]

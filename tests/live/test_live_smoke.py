@@ -21,6 +21,7 @@ CASES = [
     ("deepseek", "DEEPSEEK_API_KEY", "deepseek-v4-flash"),
     ("mimo", "MIMO_API_KEY", "mimo-v2.5"),
     ("responses", "OPENAI_API_KEY", "gpt-5.5-mini"),
+    ("anthropic", "ANTHROPIC_API_KEY", "claude-haiku-4-5"),
 ]
 
 

@@ -124,10 +124,35 @@ def test_request_headers_and_body_exact(make_provider) -> None:
                 {"type": "tool_result", "tool_use_id": "toolu_b", "content": "B"}]},
         ],
         "max_tokens": 32_768,
-        "thinking": {"type": "adaptive"},
+        "thinking": {"type": "enabled", "budget_tokens": 4096},  # not a Claude model id
         "output_config": {"effort": "low"},
         "stream": True,
     }  # no breakpoint: the prompt is far below the 1,024-token minimum
+
+
+@pytest.mark.parametrize(("model", "effort", "room", "fields"), [
+    ("claude-sonnet-4-6", "high", 0, {"thinking": {"type": "adaptive"},
+                                      "output_config": {"effort": "high"}}),
+    ("claude-opus-4-7", "max", 0, {"thinking": {"type": "adaptive"},
+                                   "output_config": {"effort": "max"}}),
+    ("claude-haiku-4-5", "medium", 0, {"thinking": {"type": "enabled",
+                                                    "budget_tokens": 10_240}}),
+    ("claude-sonnet-4-20250514", "high", 0, {"thinking": {"type": "enabled",
+                                                          "budget_tokens": 20_480}}),
+    ("claude-3-7-sonnet-latest", "high", 5000, {"thinking": {"type": "enabled",
+                                                             "budget_tokens": 2500}}),
+    ("claude-haiku-4-5", "high", 1500, {}),  # no room for the 1,024 minimum below max_tokens
+    ("deepseek-v4-flash", "high", 0, {"thinking": {"type": "enabled", "budget_tokens": 20_480},
+                                      "output_config": {"effort": "high"}}),
+    ("claude-sonnet-4-6", "none", 0, {}),
+])
+def test_thinking_fields_by_model(model, effort, room, fields) -> None:
+    body = AnthropicTranslator().build_body(
+        ChatRequest(messages=MESSAGES[:2], effort=effort, output_room=room), model=model)
+    got = {k: body[k] for k in ("thinking", "output_config") if k in body}
+    assert got == fields
+    if "budget_tokens" in got.get("thinking", {}):
+        assert 1024 <= got["thinking"]["budget_tokens"] < body["max_tokens"]
 
 
 def test_the_body_is_a_valid_sdk_request() -> None:
@@ -157,8 +182,10 @@ def test_max_tokens_is_always_sent_from_the_output_rule(make_provider, effort, c
                                   max_output_tokens=cap, output_room=room))
     body = rec.body()
     assert body["max_tokens"] == expected
-    assert ("thinking" in body) == (effort != "none")
-    if effort != "none":
+    # "m-1" is no Claude id: manual thinking, whose 1,024 minimum must stay below max_tokens
+    thinks = effort != "none" and expected >= 2048
+    assert ("thinking" in body) == thinks
+    if thinks:
         assert body["output_config"] == {"effort": effort}
 
 
@@ -372,3 +399,30 @@ def test_defaults_are_declared() -> None:
             DEFAULTS.base_url, DEFAULTS.api_key_env) == (
         "claude-sonnet-4-6", 200_000, 5, "https://api.anthropic.com", "ANTHROPIC_API_KEY")
     assert DEFAULTS.output_budget("high") == 64_000  # Sonnet 4.6's largest max_tokens
+
+
+def test_turn_n_plus_1_extends_turn_n_apart_from_the_moving_breakpoint() -> None:
+    """The messages of turn n are a prefix of turn n+1's once the cache_control markers
+    (not content: the API does not hash them) are left aside."""
+    translator = AnthropicTranslator(ttl="1h")
+    history = checkpointed(4)
+    reply = from_anthropic(None, [{"role": "assistant", "content": REPLY_CONTENT}])[0]
+    one = translator.build_body(ChatRequest(messages=history, tools=(TOOL,)), model="m")
+    two = translator.build_body(ChatRequest(messages=(*history, reply, Message(
+        role="tool", content="c", tool_call_id="toolu_c")), tools=(TOOL,)), model="m")
+
+    def unmarked(value: Any) -> Any:
+        if isinstance(value, dict):
+            value = {k: unmarked(v) for k, v in value.items() if k != "cache_control"}
+            content = value.get("content")
+            if (isinstance(content, list) and len(content) == 1
+                    and set(content[0]) == {"type", "text"} and content[0]["type"] == "text"):
+                value["content"] = content[0]["text"]  # the marked newest string, unmarked
+            return value
+        return [unmarked(v) for v in value] if isinstance(value, list) else value
+
+    n = len(one["messages"])
+    assert unmarked(two["messages"][:n]) == unmarked(one["messages"])
+    assert unmarked(two["system"]) == unmarked(one["system"])
+    assert unmarked(two["tools"]) == unmarked(one["tools"])
+    assert one["messages"][-1] != two["messages"][n - 1]  # only the marker moved

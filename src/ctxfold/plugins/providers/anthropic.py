@@ -15,8 +15,11 @@ MiMo's Anthropic-format endpoints are other bases, e.g. ``https://api.deepseek.c
   none below the model's minimum cacheable prefix;
 * ``max_tokens``, required by this API: an explicit ``max_output_tokens``, else the output
   ladder (16K/32K/64K by effort, 64,000 at most), clipped to what the window leaves;
-* effort ``none``: no thinking; otherwise ``thinking: {"type": "adaptive"}`` and
-  ``output_config: {"effort": ...}`` (https://docs.anthropic.com/en/docs/build-with-claude/effort);
+* effort ``none``: no thinking; otherwise, for Claude 4.6 and later, ``thinking: {"type":
+  "adaptive"}`` and ``output_config: {"effort": ...}``
+  (https://platform.claude.com/docs/en/build-with-claude/effort), for older Claude models and
+  other endpoints ``thinking: {"type": "enabled", "budget_tokens": ...}``
+  (:func:`thinking_fields`);
 * ``stream``.
 
 The reply is assembled from ``message_start``, ``content_block_start``/``_delta``
@@ -100,6 +103,42 @@ STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_c
                 "max_tokens": "length", "model_context_window_exceeded": "length"}
 
 
+#: Claude models with manual extended thinking only (``budget_tokens``), no adaptive
+#: thinking and no ``output_config.effort`` without a beta header: the Claude 3 family and
+#: the 4.x models before 4.6 (``claude-sonnet-4-20250514`` is "sonnet-4-2…").
+BUDGET_THINKING_MODELS = ("claude-3", "sonnet-4-2", "opus-4-2", "opus-4-1", "sonnet-4-5",
+                          "haiku-4-5", "opus-4-5")
+#: ``budget_tokens`` by effort for manual extended thinking (at least 1,024, below
+#: ``max_tokens``).
+THINKING_BUDGETS = {"low": 4_096, "medium": 10_240, "high": 20_480, "max": 32_768}
+
+
+def thinking_fields(model: str, effort: str, max_tokens: int) -> dict[str, Any]:
+    """The thinking fields for ``effort`` (``none``: none).
+
+    Claude 4.6 and later: ``thinking: {"type": "adaptive"}`` and ``output_config.effort``
+    (manual thinking is deprecated there and removed in later models,
+    https://platform.claude.com/docs/en/build-with-claude/thinking). Older Claude
+    models (:data:`BUDGET_THINKING_MODELS`): ``{"type": "enabled", "budget_tokens": N}``. Other
+    models — DeepSeek's and MiMo's Anthropic-format endpoints — get the manual form, which
+    every Anthropic-format endpoint reads, and ``output_config.effort``, which DeepSeek's
+    uses (https://api-docs.deepseek.com/guides/anthropic_api). The budget stays at least
+    1,024 and below ``max_tokens``, as the API requires; with less room, no thinking."""
+    if effort == "none":
+        return {}
+    effort = effort if effort in _EFFORTS else "high"
+    claude = "claude" in model
+    if claude and not any(family in model for family in BUDGET_THINKING_MODELS):
+        return {"thinking": {"type": "adaptive"}, "output_config": {"effort": effort}}
+    budget = min(THINKING_BUDGETS[effort], max_tokens // 2)
+    if budget < 1024:
+        return {}
+    fields: dict[str, Any] = {"thinking": {"type": "enabled", "budget_tokens": budget}}
+    if not claude:
+        fields["output_config"] = {"effort": effort}
+    return fields
+
+
 def cache_minimum(model: str) -> int:
     """The minimum cacheable prefix of ``model``, in tokens."""
     for family, tokens in CACHE_MINIMUMS:
@@ -151,10 +190,7 @@ class AnthropicTranslator:
         body["messages"] = wire.messages
         budget = output_budget(request, DEFAULTS)
         body["max_tokens"] = budget if budget is not None else output_ladder(request.effort)
-        if request.effort != "none":
-            body["thinking"] = {"type": "adaptive"}
-            effort = request.effort if request.effort in _EFFORTS else "high"
-            body["output_config"] = {"effort": effort}
+        body.update(thinking_fields(model, request.effort, body["max_tokens"]))
         body["stream"] = request.stream
         at = checkpoint_index(request.messages)
         return place_breakpoints(body, ttl=self.ttl, min_tokens=cache_minimum(model),
