@@ -124,3 +124,14 @@ def test_no_marks_no_caching(cache) -> None:
     cache.account_marked("", ids, ends, [Mark(1, FIVE)])
     result = cache.account_marked("", ids, ends, [])
     assert (result.read, result.writes, result.uncached) == (0, (), 1800)
+
+
+def test_a_salt_invalidates_from_its_block_on(cache) -> None:
+    ids, ends = blocks(1200, 300, 400)
+    marks = [Mark(0, FIVE), Mark(2, FIVE)]
+    cache.account_marked("", ids, ends, marks, salts={1: b"thinking on"})
+    same = cache.account_marked("", ids, ends, marks, salts={1: b"thinking on"})
+    assert same.read == 1900
+    # the setting changed: the entry before the salted block still hits, later ones do not
+    changed = cache.account_marked("", ids, ends, marks, salts={1: b"thinking off"})
+    assert (changed.read, changed.writes) == (1200, ((FIVE, 700),))

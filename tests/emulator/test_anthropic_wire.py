@@ -494,3 +494,63 @@ def test_a_summary_request_gets_the_extractive_summary(chars, clock) -> None:
             model=MODEL, max_tokens=request.max_tokens, system=request.messages[0].content,
             messages=messages)  # type: ignore[arg-type]
     assert expected and reply.content[0].text == expected  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("change", [
+    {"tool_choice": {"type": "any"}},
+    {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+    {"image": True},
+])
+def test_settings_that_invalidate_only_the_messages_cache(emu, change: dict[str, Any]) -> None:
+    """Tool choice, thinking settings and images invalidate the messages part of the cache
+    but keep the tools and system part (the prompt-caching guide's invalidation table)."""
+    client = client_for(emu)
+    history: list[dict[str, Any]] = [user("x" * 300, EPHEMERAL)]
+    client.messages.create(model=MODEL, max_tokens=2000, system=system(), tools=[BASH],
+                           messages=history)  # type: ignore[arg-type]
+    extra = {k: v for k, v in change.items() if k != "image"}
+    if change.get("image"):
+        pixel = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA"
+                 "60e6kgAAAABJRU5ErkJggg==")
+        # the same first message, then an image after it: only the image's presence
+        # changes what came before it
+        history = [user("x" * 300), {"role": "assistant", "content": "Seen."},
+                   {"role": "user", "content": [
+                       {"type": "image", "source": {"type": "base64",
+                                                    "media_type": "image/png", "data": pixel}},
+                       {"type": "text", "text": "and this?", "cache_control": EPHEMERAL}]}]
+    else:
+        history = [user("x" * 300), {"role": "assistant", "content": "Seen."},
+                   user("and this?", EPHEMERAL)]
+    usage = client.messages.create(model=MODEL, max_tokens=2000, system=system(),
+                                   tools=[BASH], messages=history, **extra).usage  # type: ignore
+    head = emu.requests[0].prompt_tokens - len("[user]" + "x" * 300)
+    assert usage.cache_read_input_tokens == head  # tools + system only
+    assert usage.cache_creation_input_tokens == emu.requests[-1].prompt_tokens - head
+
+
+def test_a_claude_code_shaped_request_is_served(emu) -> None:
+    """What Claude Code sends (``?beta=true``, beta headers, system blocks with breakpoints,
+    a server tool, metadata, temperature) is accepted and billed."""
+    body = {
+        "model": MODEL, "max_tokens": 32000, "stream": True, "temperature": 1,
+        "metadata": {"user_id": "user_abc_session_1"},
+        "system": [{"type": "text", "text": "You are Claude Code.",
+                    "cache_control": HOUR},
+                   {"type": "text", "text": LONG_SYSTEM, "cache_control": HOUR}],
+        "tools": [BASH, {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>context</system-reminder>"},
+            {"type": "text", "text": "list the files", "cache_control": EPHEMERAL}]}],
+    }
+    headers = {**VERSION, "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14",
+               "x-api-key": "dummy"}
+    with httpx.Client(base_url=emu.base_url, timeout=10, headers=headers) as client, \
+            client.stream("POST", "/v1/messages?beta=true", json=body) as response:
+        lines = list(response.iter_lines())
+        assert response.status_code == 200
+    start = json.loads(next(line[6:] for line in lines if '"message_start"' in line))
+    usage = start["message"]["usage"]
+    assert usage["cache_creation"]["ephemeral_1h_input_tokens"] > 1024
+    assert usage["cache_creation"]["ephemeral_5m_input_tokens"] > 0
+    assert emu.requests[-1].path == "/v1/messages"

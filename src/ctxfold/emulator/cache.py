@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import attrs
@@ -105,15 +105,20 @@ class MarkedResult:
         return self.prompt_tokens - self.read - self.written()
 
 
-def block_chain(ids: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+def block_chain(ids: Sequence[int], ends: Sequence[int],
+                salts: Mapping[int, bytes] | None = None) -> list[bytes]:
     """The hash chain of ``ids`` cut at the block ends ``ends`` (increasing token offsets):
     element ``k`` identifies ``ids[:ends[k]]`` *and* where its blocks start and end, so two
-    requests share an element only when they share every block up to it."""
+    requests share an element only when they share every block up to it. ``salts[k]`` is
+    mixed in at block ``k`` (and so into every later element): request settings that are not
+    prompt text but still invalidate the cache from there on."""
     chain: list[bytes] = []
     previous, start = _ROOT, 0
-    for end in ends:
+    for k, end in enumerate(ends):
         block = array("I", (i & 0xFFFFFFFF for i in ids[start:end])).tobytes()
-        previous = hashlib.blake2b(previous + len(block).to_bytes(8, "big") + block,
+        salt = (salts or {}).get(k, b"")
+        previous = hashlib.blake2b(previous + len(salt).to_bytes(8, "big") + salt
+                                   + len(block).to_bytes(8, "big") + block,
                                    digest_size=16).digest()
         chain.append(previous)
         start = end
@@ -190,9 +195,11 @@ class PrefixCache:
         return CacheResult(prompt_tokens=len(input_ids), hit_tokens=hit)
 
     def account_marked(self, scope: str, input_ids: Sequence[int], ends: Sequence[int],
-                       marks: Sequence[Mark], lookback: int = 20) -> MarkedResult:
+                       marks: Sequence[Mark], lookback: int = 20,
+                       salts: Mapping[int, bytes] | None = None) -> MarkedResult:
         """Bill a request whose blocks end at the token offsets ``ends`` and whose
-        ``cache_control`` marks are ``marks`` (in prefix order), then write its entries.
+        ``cache_control`` marks are ``marks`` (in prefix order), then write its entries;
+        ``salts`` as :func:`block_chain` takes them.
 
         As https://platform.claude.com/docs/en/build-with-claude/prompt-caching describes:
 
@@ -206,7 +213,7 @@ class PrefixCache:
         """
         now = self.clock()
         table = self._marked.setdefault(scope, {})
-        chain = block_chain(input_ids, ends)
+        chain = block_chain(input_ids, ends, salts)
 
         def live(key: bytes) -> bool:
             entry = table.get(key)

@@ -401,7 +401,7 @@ class Emulator:
         with self._lock:
             reply = self._script.reply(body, profile, parsed.messages)
             result = self.cache.account_marked("", input_ids, ends, parsed.marks,
-                                               profile.cache_lookback_blocks)
+                                               profile.cache_lookback_blocks, parsed.salts)
         if parsed.max_tokens == 0:  # pre-warming the cache: no output
             blocks: list[dict[str, Any]] = []
             reason = "max_tokens"

@@ -95,6 +95,8 @@ class AnthropicRequest:
 
     ``messages``: the ctxfold view a script's rules read (system, user, assistant with tool
     calls and reasoning, a ``tool`` message per ``tool_result``).
+    ``salts``: request settings that invalidate the cache from a block on
+    (:func:`cache_settings`).
     """
 
     model: str
@@ -102,6 +104,8 @@ class AnthropicRequest:
     max_tokens: int
     blocks: tuple[Block, ...]
     messages: tuple[Message, ...]
+    #: Settings mixed into the cache key at a block (:func:`cache_settings`).
+    salts: Mapping[int, bytes] = attrs.field(factory=dict)
 
     @property
     def marks(self) -> tuple[Mark, ...]:
@@ -309,10 +313,34 @@ def parse_messages(profile: Profile, body: Mapping[str, Any], *,
                            "`messages`.")
             seen_short = seen_short or block.ttl <= TTLS["5m"]
     _check_tool_pairs(turns)
+    first_message = len(blocks) - sum(len(turn.blocks) for turn in turns)
     return AnthropicRequest(
         model=str(body.get("model") or profile.model), stream=bool(body.get("stream")),
         max_tokens=int(max_tokens or 0), blocks=tuple(blocks),
-        messages=_view(system_text, turns))
+        messages=_view(system_text, turns),
+        salts={first_message: cache_settings(body)})
+
+
+def cache_settings(body: Mapping[str, Any]) -> bytes:
+    """What invalidates the *messages* part of the cache without being prompt text: the
+    ``tool_choice``, the thinking settings and whether the prompt holds images ("What
+    invalidates the cache", https://platform.claude.com/docs/en/build-with-claude/prompt-caching).
+    Tools and system entries are kept when these change; messages entries are not."""
+    settings = {
+        "tool_choice": body.get("tool_choice") or {"type": "auto"},
+        "thinking": body.get("thinking") or {"type": "disabled"},
+        "images": _has_image(body.get("messages")),
+    }
+    return json.dumps(settings, sort_keys=True).encode()
+
+
+def _has_image(value: Any) -> bool:
+    """Whether an ``image`` block is anywhere in ``value`` (also inside a tool result)."""
+    if isinstance(value, Mapping):
+        return value.get("type") == "image" or any(_has_image(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_image(v) for v in value)
+    return False
 
 
 def _check_text(block: Mapping[str, Any], where: str, field: str) -> None:
