@@ -13,6 +13,7 @@ import anthropic
 import pytest
 from openai import OpenAI
 from tests.serve.conftest import BASH, call, log_text, quarter
+from tests.serve.test_serve_anthropic import BASH as BASH_ANTHROPIC
 from tests.serve.test_serve_anthropic import (
     MARK,
     SECRET,
@@ -254,3 +255,33 @@ def test_openai_fields_for_an_anthropic_upstream(fields: dict[str, Any],
     from ctxfold.serve.upstream import translate_fields
 
     assert translate_fields(fields, "messages", "chat") == expected
+
+
+def test_checkpoint_summaries_go_with_the_requests_key_and_beta_headers(serve) -> None:
+    """The summary a request needs is that request's call: its forwarded x-api-key and its
+    anthropic-beta (tools it carries may need the beta)."""
+    replies = [call(f"c{k}", command=f"step {k}") for k in range(8)]
+    emu = KeyEmulator("anthropic", counter=quarter, require_key=SECRET,
+                      script=[*replies, ReplySpec(text="done")])
+    served = serve(emulator=emu, api_key=None, window=5000)
+    client = client_of(served, default_headers={"anthropic-beta": "context-1m-2025-08-07"})
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the bug."}]
+    actions = []
+    while True:
+        raw = client.messages.with_raw_response.create(
+            model="claude-sonnet-4-6", max_tokens=256, tools=[BASH_ANTHROPIC],
+            messages=messages)
+        actions.append(raw.headers["x-ctxfold-action"])
+        blocks = [b.model_dump(exclude_none=True) for b in raw.parse().content]
+        messages.append({"role": "assistant", "content": blocks})
+        calls = [b for b in blocks if b["type"] == "tool_use"]
+        if not calls:
+            break
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": c["id"], "content": log_text(3000, c["id"])}
+            for c in calls]})
+    assert "summary" in actions
+    summaries = [i for i, r in enumerate(emu.requests)
+                 if "[ctxfold:summary-request]" in json.dumps(r.body["messages"][-1])]
+    assert summaries
+    assert set(emu.keys) == {(SECRET, None, "context-1m-2025-08-07")}

@@ -387,13 +387,16 @@ class Upstream:
                                                        max_retries=self.retries) as events:
             yield events
 
-    async def summarize(self, request: SummaryRequest, forwarded: str | None) -> SummaryResult:
+    async def summarize(self, request: SummaryRequest, forwarded: str | None,
+                        headers: Mapping[str, str] | None = None) -> SummaryResult:
         """A checkpoint summary by the upstream model, with the key of the request that
-        needed it (``forwarded``) when no key is configured: the ``llm`` summarizer's request
-        (effort none, the summary cap, no retry), sent without streaming."""
+        needed it (``forwarded``) when no key is configured and its ``headers`` (see
+        :meth:`post`): the ``llm`` summarizer's request (effort none, the summary cap, no
+        retry), sent without streaming."""
         chat = attrs.evolve(LLMSummarizer(self.provider).chat_request(request), stream=False)
         body = self.translator.build_body(chat, model=self.model)
-        result = await self._http(forwarded).post_json(self.path, body, max_retries=0)
+        result = await self._http(forwarded, headers).post_json(self.path, body,
+                                                                max_retries=0)
         response = self.translator.parse_response(result.data, result.request_id)
         return SummaryResult(text=response.message.content,
                              finish_reason=response.finish_reason, usage=response.usage)
