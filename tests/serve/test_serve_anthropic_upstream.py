@@ -13,6 +13,7 @@ import anthropic
 import pytest
 from openai import OpenAI
 from tests.serve.conftest import BASH, call, log_text, quarter
+from tests.serve.test_serve_anthropic import BASH as BASH_ANTHROPIC
 from tests.serve.test_serve_anthropic import (
     MARK,
     SECRET,
@@ -236,3 +237,51 @@ def test_the_clients_marks_never_reach_an_anthropic_upstream(serve) -> None:
     assert "cache_control" not in {k for k in body}
     assert marks(body) == []  # all below the cache minimum: none placed
     assert [b["text"] for b in body["messages"][0]["content"]] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"reasoning_effort": "xhigh", "max_completion_tokens": 9},
+     {"output_config": {"effort": "max"}, "max_tokens": 9}),
+    ({"reasoning": {"effort": "none"}}, {}),  # no counterpart: the model's default
+    ({"tool_choice": "none", "parallel_tool_calls": False}, {"tool_choice": {"type": "none"}}),
+    ({"tool_choice": {"type": "function", "function": {"name": "bash"}},
+      "parallel_tool_calls": False},
+     {"tool_choice": {"type": "tool", "name": "bash", "disable_parallel_tool_use": True}}),
+    ({"stop": "END", "user": "u1", "seed": 3, "logprobs": True},
+     {"stop_sequences": ["END"], "metadata": {"user_id": "u1"}}),
+])
+def test_openai_fields_for_an_anthropic_upstream(fields: dict[str, Any],
+                                                 expected: dict[str, Any]) -> None:
+    from ctxfold.serve.upstream import translate_fields
+
+    assert translate_fields(fields, "messages", "chat") == expected
+
+
+def test_checkpoint_summaries_go_with_the_requests_key_and_beta_headers(serve) -> None:
+    """The summary a request needs is that request's call: its forwarded x-api-key and its
+    anthropic-beta (tools it carries may need the beta)."""
+    replies = [call(f"c{k}", command=f"step {k}") for k in range(8)]
+    emu = KeyEmulator("anthropic", counter=quarter, require_key=SECRET,
+                      script=[*replies, ReplySpec(text="done")])
+    served = serve(emulator=emu, api_key=None, window=5000)
+    client = client_of(served, default_headers={"anthropic-beta": "context-1m-2025-08-07"})
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the bug."}]
+    actions = []
+    while True:
+        raw = client.messages.with_raw_response.create(
+            model="claude-sonnet-4-6", max_tokens=256, tools=[BASH_ANTHROPIC],
+            messages=messages)
+        actions.append(raw.headers["x-ctxfold-action"])
+        blocks = [b.model_dump(exclude_none=True) for b in raw.parse().content]
+        messages.append({"role": "assistant", "content": blocks})
+        calls = [b for b in blocks if b["type"] == "tool_use"]
+        if not calls:
+            break
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": c["id"], "content": log_text(3000, c["id"])}
+            for c in calls]})
+    assert "summary" in actions
+    summaries = [i for i, r in enumerate(emu.requests)
+                 if "[ctxfold:summary-request]" in json.dumps(r.body["messages"][-1])]
+    assert summaries
+    assert set(emu.keys) == {(SECRET, None, "context-1m-2025-08-07")}

@@ -40,7 +40,7 @@ from ctxfold.serve.errors import (
 )
 from ctxfold.serve.exchange import Exchange
 from ctxfold.serve.guard import DECODED, Guard, GuardSettings, loads
-from ctxfold.serve.proxy import REQUEST, Proxy
+from ctxfold.serve.proxy import REQUEST, Proxy, RequestContext
 
 #: Request headers an Anthropic client sends that an Anthropic upstream must see (the API
 #: version and the beta features the body relies on,
@@ -135,7 +135,7 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
                 name: request.headers[name] for name in ANTHROPIC_HEADERS
                 if name in request.headers})
         session_id = proxy.conversation(request.headers, client)
-        REQUEST.set((asyncio.get_running_loop(), forwarded))
+        REQUEST.set(RequestContext(asyncio.get_running_loop(), forwarded, client.headers))
         assert locks is not None
         session_id, cm = await proxy.route(session_id, client, locks)
         exchange = Exchange(cm, client, proxy.upstream, forwarded=forwarded,

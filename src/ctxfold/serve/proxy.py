@@ -68,9 +68,19 @@ class ServeSettings:
     keepalive: float = 15.0
 
 
-#: The running request's event loop and forwarded key, for the summaries it may need.
-REQUEST: ContextVar[tuple[asyncio.AbstractEventLoop, str | None] | None] = ContextVar(
-    "ctxfold_serve_request", default=None)
+@attrs.frozen
+class RequestContext:
+    """What a checkpoint summary needs of the request that asked for it: the server's event
+    loop, the forwarded key, and the client's headers an upstream of its format must see
+    (Anthropic's ``anthropic-beta``: tools the summary carries may need it)."""
+
+    loop: asyncio.AbstractEventLoop
+    forwarded: str | None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+
+#: The running request's context, for the summaries it may need.
+REQUEST: ContextVar[RequestContext | None] = ContextVar("ctxfold_serve_request", default=None)
 
 
 class ProxySummaries:
@@ -82,7 +92,7 @@ class ProxySummaries:
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
 
-    def _request(self) -> tuple[asyncio.AbstractEventLoop, str | None]:
+    def _request(self) -> RequestContext:
         context = REQUEST.get()
         if context is None:
             raise SummarizerError("a proxy checkpoint summary was asked for outside a "
@@ -91,13 +101,13 @@ class ProxySummaries:
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         """From a worker thread of the request: the call runs on the server's loop."""
-        loop, key = self._request()
-        return asyncio.run_coroutine_threadsafe(self.upstream.summarize(request, key),
-                                                loop).result()
+        context = self._request()
+        return asyncio.run_coroutine_threadsafe(self.upstream.summarize(
+            request, context.forwarded, context.headers), context.loop).result()
 
     async def asummarize(self, request: SummaryRequest) -> SummaryResult:
-        _loop, key = self._request()
-        return await self.upstream.summarize(request, key)
+        context = self._request()
+        return await self.upstream.summarize(request, context.forwarded, context.headers)
 
 
 class Proxy:

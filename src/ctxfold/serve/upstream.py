@@ -136,6 +136,13 @@ def _from_anthropic_fields(fields: Mapping[str, Any], target: Wire,
     return out
 
 
+#: OpenAI reasoning efforts as Anthropic's ``output_config.effort`` (low, medium, high, max:
+#: https://docs.anthropic.com/en/docs/build-with-claude/effort); ``none`` has no counterpart
+#: (the effort is left to the model's default).
+_ANTHROPIC_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high",
+                      "xhigh": "max", "max": "max"}
+
+
 def _to_anthropic_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     """An OpenAI client's fields for an Anthropic upstream."""
     out: dict[str, Any] = {}
@@ -154,9 +161,11 @@ def _to_anthropic_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "reasoning_effort" or (key == "reasoning" and isinstance(value, Mapping)
                                            and value.get("effort")):
             effort = value if key == "reasoning_effort" else value["effort"]
-            out["output_config"] = {"effort": effort}
-    if parallel is False:
-        choice = out.get("tool_choice")
+            if effort in _ANTHROPIC_EFFORTS:
+                out["output_config"] = {"effort": _ANTHROPIC_EFFORTS[effort]}
+    choice = out.get("tool_choice")
+    if parallel is False and (choice is None or (isinstance(choice, Mapping)
+                              and choice.get("type") in ("auto", "any", "tool"))):
         out["tool_choice"] = {**(choice if isinstance(choice, Mapping) else {"type": "auto"}),
                               "disable_parallel_tool_use": True}
     return out
@@ -378,13 +387,16 @@ class Upstream:
                                                        max_retries=self.retries) as events:
             yield events
 
-    async def summarize(self, request: SummaryRequest, forwarded: str | None) -> SummaryResult:
+    async def summarize(self, request: SummaryRequest, forwarded: str | None,
+                        headers: Mapping[str, str] | None = None) -> SummaryResult:
         """A checkpoint summary by the upstream model, with the key of the request that
-        needed it (``forwarded``) when no key is configured: the ``llm`` summarizer's request
-        (effort none, the summary cap, no retry), sent without streaming."""
+        needed it (``forwarded``) when no key is configured and its ``headers`` (see
+        :meth:`post`): the ``llm`` summarizer's request (effort none, the summary cap, no
+        retry), sent without streaming."""
         chat = attrs.evolve(LLMSummarizer(self.provider).chat_request(request), stream=False)
         body = self.translator.build_body(chat, model=self.model)
-        result = await self._http(forwarded).post_json(self.path, body, max_retries=0)
+        result = await self._http(forwarded, headers).post_json(self.path, body,
+                                                                max_retries=0)
         response = self.translator.parse_response(result.data, result.request_id)
         return SummaryResult(text=response.message.content,
                              finish_reason=response.finish_reason, usage=response.usage)
