@@ -460,9 +460,11 @@ def test_cli_serves_the_anthropic_profile(capsys) -> None:
     assert result == [0]
 
 
-def test_a_summary_request_gets_the_extractive_summary(chars, clock) -> None:
+@pytest.mark.parametrize("last", ["tool", "user"])
+def test_a_summary_request_gets_the_extractive_summary(chars, clock, last: str) -> None:
     """ctxfold's ``llm`` summarizer runs over this wire too: the emulator reads the Messages
-    body back into ctxfold messages, by its own code."""
+    body back into ctxfold messages, by its own code — also when the region ends with a
+    user message, which the API combines with the instruction after it."""
     from ctxfold.kernel.summary import build_summary_request
     from ctxfold.kernel.types import Message
     from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
@@ -473,6 +475,9 @@ def test_a_summary_request_gets_the_extractive_summary(chars, clock) -> None:
             ToolCall(id="toolu_1", name="bash", arguments='{"command": "pytest -q"}'),)),
         Message(role="tool", tool_call_id="toolu_1", content="FAILED test_parse - ValueError"),
     ]
+    if last == "user":
+        region += [Message(role="assistant", content="The parser rejects empty input."),
+                   Message(role="user", content="Then make it accept an empty string.")]
     request = build_summary_request(Message(role="system", content="You are a coding agent."),
                                     region, (), window=100_000)
     expected = ExtractiveSummarizer().summarize(request).text

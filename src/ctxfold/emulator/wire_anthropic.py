@@ -227,13 +227,17 @@ def _view(system: str, turns: Sequence[_Turn]) -> tuple[Message, ...]:
             out.append(Message(role="assistant", content=_text_of(blocks), tool_calls=calls,
                                reasoning_content=thinking or None))
             continue
-        for b in blocks:
-            if b.get("type") == "tool_result":
-                out.append(Message(role="tool", content=_text_of(b.get("content", "")),
-                                   tool_call_id=str(b.get("tool_use_id", ""))))
-        text = _text_of(blocks)
-        if text or not any(b.get("type") == "tool_result" for b in blocks):
-            out.append(Message(role="user", content=text))
+        # One user message per message sent, although the API combines consecutive ones: a
+        # summary instruction after a user message stays the last message a script reads.
+        for sent in dict.fromkeys(i for i, _, _ in turn.blocks):
+            own = [b for i, _, b in turn.blocks if i == sent]
+            for b in own:
+                if b.get("type") == "tool_result":
+                    out.append(Message(role="tool", content=_text_of(b.get("content", "")),
+                                       tool_call_id=str(b.get("tool_use_id", ""))))
+            text = _text_of(own)
+            if text or not any(b.get("type") == "tool_result" for b in own):
+                out.append(Message(role="user", content=text))
     return tuple(out)
 
 
