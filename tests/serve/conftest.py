@@ -8,7 +8,7 @@ import contextlib
 import itertools
 import json
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import pytest
 
 import ctxfold
 from ctxfold.emulator import Emulator, Fault, ReplySpec
+from ctxfold.emulator.records import Outcome
 from ctxfold.kernel.config import (
     Config,
     EstimatorConfig,
@@ -30,6 +31,24 @@ from ctxfold.serve import ProxyServer, ServeSettings, build_proxy
 from ctxfold.serve.guard import GuardSettings
 from ctxfold.serve.proxy import Proxy
 from ctxfold.transport.provider import serialize_body
+
+
+class HeaderEmulator(Emulator):
+    """An emulator that remembers some headers of every request: ``keys`` holds, per
+    request, the value of the one header in ``names`` (lower case), or a tuple of them."""
+
+    def __init__(self, *args: Any, names: Sequence[str] = ("authorization",),
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.names = tuple(names)
+        self.keys: list[Any] = []
+
+    def process(self, path: str, raw: bytes,
+                headers: Mapping[str, str] | None = None) -> Outcome:
+        lower = {k.lower(): v for k, v in (headers or {}).items()}
+        values = tuple(lower.get(name) for name in self.names)
+        self.keys.append(values[0] if len(values) == 1 else values)
+        return super().process(path, raw, headers)
 
 BASH = {"type": "function", "function": {
     "name": "bash", "description": "Run a shell command.",

@@ -9,18 +9,16 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
-from tests.serve.conftest import Served, call, log_text
+from tests.serve.conftest import HeaderEmulator, Served, call, log_text
 
 import ctxfold
-from ctxfold.emulator import Emulator, Fault, ReplySpec
-from ctxfold.emulator.records import Outcome
+from ctxfold.emulator import Fault, ReplySpec
 from ctxfold.interop.anthropic import from_anthropic
 from ctxfold.serve.sessions import USE_CAPABILITY, reconcile
 
@@ -165,25 +163,11 @@ def test_a_text_answer_streams_as_anthropic_events(serve) -> None:
     assert events[7][1]["usage"]["input_tokens"] > 0
 
 
-class KeyEmulator(Emulator):
-    """An emulator that remembers the key header of every request."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.keys: list[str | None] = []
-
-    def process(self, path: str, raw: bytes,
-                headers: Mapping[str, str] | None = None) -> Outcome:
-        lower = {k.lower(): v for k, v in (headers or {}).items()}
-        self.keys.append(lower.get("authorization"))
-        return super().process(path, raw, headers)
-
-
 @pytest.mark.parametrize("header", ["x-api-key", "authorization"])
 def test_the_clients_key_goes_upstream_and_nowhere_else(
         serve, tmp_path: Path, caplog: pytest.LogCaptureFixture, header: str) -> None:
     caplog.set_level(logging.DEBUG)
-    emu = KeyEmulator("deepseek", script=[ReplySpec(text="done")],
+    emu = HeaderEmulator("deepseek", script=[ReplySpec(text="done")],
                       faults=[Fault("rate_limit", at=1)])
     served = serve(emulator=emu, api_key=None)
     # The SDK sends an API key as x-api-key, an auth token (ANTHROPIC_AUTH_TOKEN, as

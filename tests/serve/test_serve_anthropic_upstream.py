@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 from openai import OpenAI
-from tests.serve.conftest import BASH, call, log_text, quarter
+from tests.serve.conftest import BASH, HeaderEmulator, call, log_text, quarter
 from tests.serve.test_serve_anthropic import BASH as BASH_ANTHROPIC
 from tests.serve.test_serve_anthropic import (
     MARK,
@@ -24,10 +24,12 @@ from tests.serve.test_serve_anthropic import (
     script,
 )
 
-from ctxfold.emulator import Emulator, Fault, ReplySpec
-from ctxfold.emulator.records import Outcome
+from ctxfold.emulator import Fault, ReplySpec
 from ctxfold.interop.anthropic import from_anthropic
 from ctxfold.serve.sessions import USE_CAPABILITY, reconcile
+
+#: The headers an Anthropic upstream is checked for: the key, a bearer, the betas.
+KEY_HEADERS = ("x-api-key", "authorization", "anthropic-beta")
 
 
 def marks(body: Mapping[str, Any]) -> list[Any]:
@@ -99,24 +101,9 @@ def test_thinking_and_its_signature_reach_the_anthropic_client(serve) -> None:
     assert plain.content[0].signature == streamed.content[0].signature
 
 
-class KeyEmulator(Emulator):
-    """An emulator that remembers the key headers of every request."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.keys: list[tuple[str | None, str | None, str | None]] = []
-
-    def process(self, path: str, raw: bytes,
-                headers: Mapping[str, str] | None = None) -> Outcome:
-        lower = {k.lower(): v for k, v in (headers or {}).items()}
-        self.keys.append((lower.get("x-api-key"), lower.get("authorization"),
-                          lower.get("anthropic-beta")))
-        return super().process(path, raw, headers)
-
-
 def test_the_clients_key_goes_to_an_anthropic_upstream_as_x_api_key(serve) -> None:
-    emu = KeyEmulator("anthropic", counter=quarter, script=[ReplySpec(text="ok")] * 2,
-                      require_key=SECRET)
+    emu = HeaderEmulator("anthropic", names=KEY_HEADERS, counter=quarter,
+                         script=[ReplySpec(text="ok")] * 2, require_key=SECRET)
     served = serve(emulator=emu, api_key=None)
     client = client_of(served, default_headers={"anthropic-beta": "context-1m-2025-08-07"})
     assert client.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages=[
@@ -261,8 +248,8 @@ def test_checkpoint_summaries_go_with_the_requests_key_and_beta_headers(serve) -
     """The summary a request needs is that request's call: its forwarded x-api-key and its
     anthropic-beta (tools it carries may need the beta)."""
     replies = [call(f"c{k}", command=f"step {k}") for k in range(8)]
-    emu = KeyEmulator("anthropic", counter=quarter, require_key=SECRET,
-                      script=[*replies, ReplySpec(text="done")])
+    emu = HeaderEmulator("anthropic", names=KEY_HEADERS, counter=quarter, require_key=SECRET,
+                         script=[*replies, ReplySpec(text="done")])
     served = serve(emulator=emu, api_key=None, window=5000)
     client = client_of(served, default_headers={"anthropic-beta": "context-1m-2025-08-07"})
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Find the bug."}]

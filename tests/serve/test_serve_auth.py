@@ -5,35 +5,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from tests.emulator.conftest import CharTokens
-from tests.serve.conftest import BASH, call, quarter
+from tests.serve.conftest import BASH, HeaderEmulator, call, quarter
 
-from ctxfold.emulator import Emulator, Fault, ReplySpec
-from ctxfold.emulator.records import Outcome
+from ctxfold.emulator import Fault, ReplySpec
 from ctxfold.kernel.errors import AuthenticationError
 from ctxfold.serve.errors import error_answer
 
 SECRET = "sk-client-7f3a9c1e5b2d4f6a8c0e"
-
-
-class HeaderEmulator(Emulator):
-    """An emulator that remembers the Authorization header of every request."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.keys: list[str | None] = []
-
-    def process(self, path: str, raw: bytes,
-                headers: Mapping[str, str] | None = None) -> Outcome:
-        lower = {k.lower(): v for k, v in (headers or {}).items()}
-        self.keys.append(lower.get("authorization"))
-        return super().process(path, raw, headers)
 
 
 def every_file(root: Path) -> dict[str, bytes]:

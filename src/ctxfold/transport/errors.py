@@ -231,3 +231,20 @@ def load_json(provider: str, where: str, data: str) -> Any:
     except ValueError:
         pass
     raise bad_payload(provider, where, data)
+
+
+def stream_event(provider: str, event: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """One event of a stream whose events are typed JSON objects (OpenAI Responses, Anthropic
+    Messages): its type — the object's ``type``, else the SSE event name — and the object;
+    ``None`` for an event with no data. An ``error`` event raises the provider's typed error,
+    anything but a JSON object :func:`bad_payload`."""
+    data = event.data.strip()
+    if not data:
+        return None
+    payload = load_json(provider, "a stream event", data)
+    if not isinstance(payload, Mapping):
+        raise bad_payload(provider, "a stream event", data)
+    kind = payload.get("type") or event.event
+    if kind == "error":
+        raise error_from_payload(provider, payload, "the stream reported an error")
+    return str(kind), payload

@@ -53,7 +53,13 @@ from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyCont
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
 from ctxfold.message_checks import repair_surrogates
-from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
+from ctxfold.transport.errors import (
+    bad_payload,
+    error_from_payload,
+    load_json,
+    stream_cut,
+    stream_event,
+)
 from ctxfold.transport.provider import (
     HttpProvider,
     build_http_provider,
@@ -231,15 +237,11 @@ class AnthropicStream:
 
     def feed(self, event: Any) -> bool:
         """Consume one SSE event; True at ``message_stop``."""
-        data = event.data.strip()
-        if not data:
+        typed = stream_event(NAME, event)
+        if typed is None:
             return False
-        payload = load_json(NAME, "a stream event", data)
-        if not isinstance(payload, Mapping):
-            raise bad_payload(NAME, "a stream event", data)
-        kind = payload.get("type") or event.event
-        if kind == "error":
-            raise error_from_payload(NAME, payload, "the stream reported an error")
+        kind, payload = typed
+        data = event.data.strip()
         if kind == "message_start":
             message = payload.get("message")
             if not isinstance(message, Mapping):

@@ -33,7 +33,12 @@ from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolCall
 from ctxfold.message_checks import repaired_message
-from ctxfold.transport.errors import bad_payload, error_from_payload, load_json, stream_cut
+from ctxfold.transport.errors import (
+    bad_payload,
+    error_from_payload,
+    stream_cut,
+    stream_event,
+)
 from ctxfold.transport.provider import (
     HttpProvider,
     build_http_provider,
@@ -110,17 +115,13 @@ class ResponsesStream:
 
     def feed(self, event: Any) -> bool:
         """Consume one SSE event; True at the terminal event."""
-        data = event.data.strip()
-        if data == "[DONE]":
+        if event.data.strip() == "[DONE]":
             return True
-        if not data:
+        typed = stream_event(NAME, event)
+        if typed is None:
             return False
-        payload = load_json(NAME, "a stream event", data)
-        if not isinstance(payload, Mapping):
-            raise bad_payload(NAME, "a stream event", data)
-        kind = payload.get("type") or event.event
-        if kind == "error":
-            raise error_from_payload(NAME, payload, "the stream reported an error")
+        kind, payload = typed
+        data = event.data.strip()
         if kind == "response.output_text.delta":
             self.text.append(str(payload.get("delta") or ""))
         elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
