@@ -54,9 +54,9 @@ _EXPORTS = {
     "EmulatorOptions": "ctxfold.emulator.plugin",
     "Fault": "ctxfold.emulator.faults",
     "ReplySpec": "ctxfold.emulator.script",
-    "CountStore": "ctxfold.engine.counts",
-    "LazyLines": "ctxfold.engine.transcript",
-    "PrefixStore": "ctxfold.engine.transcript",
+    "CountStore": "ctxfold.kernel.contracts",
+    "LazyLines": "ctxfold.kernel.contracts",
+    "PrefixStore": "ctxfold.kernel.contracts",
     "Transcript": "ctxfold.engine.transcript",
     "ReplaySettings": "ctxfold.replay",
     "LoadedConfig": "ctxfold.config.load",
@@ -73,8 +73,8 @@ _EXPORTS = {
     "Receipt": "ctxfold.kernel.state",
     "CacheState": "ctxfold.kernel.state",
     "SidecarState": "ctxfold.kernel.state",
-    "ForkPoint": "ctxfold.engine.lineage",
-    "ForkPoints": "ctxfold.engine.lineage",
+    "ForkPoint": "ctxfold.kernel.types",
+    "ForkPoints": "ctxfold.kernel.contracts",
     "RequestShape": "ctxfold.kernel.types",
     "TextStats": "ctxfold.kernel.types",
     "SseEvent": "ctxfold.kernel.types",
@@ -108,8 +108,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxfold.emulator.plugin import EmulatorOptions
     from ctxfold.emulator.script import ReplySpec
     from ctxfold.emulator.server import Emulator
-    from ctxfold.engine.counts import CountStore
-    from ctxfold.engine.lineage import ForkPoint, ForkPoints
     from ctxfold.engine.manager import ContextManager
     from ctxfold.engine.opening import create_provider, open_session
     from ctxfold.engine.parts import SessionWarning
@@ -120,7 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover
         to_openai,
         to_responses,
     )
-    from ctxfold.engine.transcript import LazyLines, PrefixStore, Transcript
+    from ctxfold.engine.transcript import Transcript
     from ctxfold.importing import SessionBuilder, import_session
     from ctxfold.interop.chat import message_from_openai, message_to_openai
     from ctxfold.kernel.config import Config
@@ -128,10 +126,14 @@ if TYPE_CHECKING:  # pragma: no cover
         AsyncProvider,
         AsyncSummarizer,
         ConfigMigration,
+        CountStore,
         Estimator,
+        ForkPoints,
         Importer,
         IncrementalEstimator,
+        LazyLines,
         Policy,
+        PrefixStore,
         Provider,
         Pruner,
         SidecarCodec,
@@ -191,6 +193,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Appended,
         ChatRequest,
         ChatResponse,
+        ForkPoint,
         Message,
         RequestShape,
         SseEvent,

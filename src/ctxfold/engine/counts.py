@@ -1,7 +1,7 @@
 """Token counts kept with the session, so reopening it does not re-tokenize it.
 
-A store that implements :class:`CountStore` keeps, per session and per estimator
-``count_key``, an append-only record of raw per-message counts: one 32-byte record per
+A store that implements :class:`~ctxfold.kernel.contracts.CountStore` keeps, per session and
+per estimator ``count_key``, an append-only record of raw per-message counts: one 32-byte record per
 counted message (its fingerprint, tokens, chars and CJK chars, and a CRC-32). On open the engine
 seeds the estimator with them (a message whose fingerprint is known is never tokenized
 again); after each ``prepare()`` it appends the counts measured since. The record is a cache:
@@ -18,38 +18,14 @@ import struct
 import zlib
 from collections.abc import Iterator, Mapping
 from contextlib import suppress
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from ctxfold.kernel.contracts import CountingEstimator, CountStore
 from ctxfold.kernel.errors import StoreError
 from ctxfold.kernel.types import TextStats
 from ctxfold.session_id import validate_count_key
 
 _HEX = re.compile(r"[0-9a-f]{32}\Z")
-
-
-@runtime_checkable
-class CountStore(Protocol):
-    """The optional store extension that keeps the count record of a session."""
-
-    def read_counts(self, session_id: str, key: str) -> bytes:
-        """The record of ``key`` (empty when there is none)."""
-        ...
-
-    def append_counts(self, session_id: str, key: str, data: bytes) -> None:
-        """Append to the record of ``key`` (no durability needed: it is a cache)."""
-        ...
-
-
-@runtime_checkable
-class CountingEstimator(Protocol):
-    """An estimator whose raw counts can be persisted (the built-in ones)."""
-
-    @property
-    def count_key(self) -> str: ...
-
-    def seed_counts(self, counts: Mapping[str, TextStats]) -> None: ...
-
-    def take_new_counts(self) -> dict[str, TextStats]: ...
 
 
 #: One record: the 16 fingerprint bytes, tokens, chars, CJK chars (uint32 each) and the

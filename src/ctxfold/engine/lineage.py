@@ -16,37 +16,11 @@ append that lands between the two is only in the rewound session, not in the kep
 from __future__ import annotations
 
 import inspect
-from typing import Protocol, runtime_checkable
 
-import attrs
-
-from ctxfold.kernel.contracts import Store
+from ctxfold.kernel.contracts import ForkPoints, Store
 from ctxfold.kernel.errors import SessionError
+from ctxfold.kernel.types import ForkPoint
 from ctxfold.session_id import validate_session_id
-
-
-@attrs.frozen
-class ForkPoint:
-    """Where a session came from: it began as the first ``at`` messages of session
-    ``parent``. ``reason`` is ``"fork"`` (an explicit fork, or a proxy's branch) or
-    ``"rewind"`` (the session keeps the history a rewind of ``parent`` to ``at`` messages
-    set aside). Recorded by the store when it creates the session, never changed after."""
-
-    parent: str
-    at: int
-    reason: str = "fork"
-    created_at: str = ""
-
-
-@runtime_checkable
-class ForkPoints(Protocol):
-    """The optional store extension that records where a session came from: ``fork`` (and
-    a rewind's ``keep_as``) record a :class:`ForkPoint` for the new session."""
-
-    def fork_point(self, session_id: str) -> ForkPoint | None:
-        """Where ``session_id`` was forked from; ``None`` for a session that was created."""
-        ...
-
 
 #: The infix of the sessions that keep a rewind's history: ``<id>-rewound-<k>``.
 REWOUND = "-rewound-"

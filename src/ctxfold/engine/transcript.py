@@ -16,44 +16,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
-from typing import Protocol, overload, runtime_checkable
+from typing import overload
 
-from ctxfold.kernel.contracts import Store
+from ctxfold.kernel.contracts import LazyLines, PrefixStore, Store
 from ctxfold.kernel.errors import CtxfoldError
 from ctxfold.kernel.state import Projection
 from ctxfold.kernel.types import Message
-
-
-class LazyLines(Protocol):
-    """The stored lines of a transcript prefix, decoded on demand by their store."""
-
-    def __len__(self) -> int: ...
-
-    def decode(self, index: int) -> Message:
-        """Message ``index``; :class:`~ctxfold.StoreError` naming the line if it is bad."""
-        ...
-
-    def roles(self) -> Sequence[str]:
-        """The role of each message read from its line without decoding it; ``""`` where
-        the line does not show it plainly."""
-        ...
-
-
-@runtime_checkable
-class PrefixStore(Protocol):
-    """The optional store extension for reopening long sessions quickly."""
-
-    def load_transcript(self, session_id: str) -> Sequence[Message]:
-        """The canonical transcript, like ``load``, maybe a :class:`Transcript` whose
-        vouched prefix is not decoded yet."""
-        ...
-
-    def vouch_prefix(self, session_id: str, count: int, prefix_hash: str,
-                     revision: str) -> None:
-        """Remember that the first ``count`` messages, as stored at ``revision``, have
-        covered-prefix hash ``prefix_hash`` (a cache: nothing when the transcript is no
-        longer at ``revision``; no durability needed)."""
-        ...
 
 
 class Transcript(Sequence[Message]):

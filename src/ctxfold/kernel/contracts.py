@@ -19,6 +19,7 @@ from ctxfold.kernel.types import (
     Appended,
     ChatRequest,
     ChatResponse,
+    ForkPoint,
     Message,
     PinBlock,
     RequestShape,
@@ -53,6 +54,25 @@ class Estimator(Protocol):
 
     def reset_calibration(self) -> None:
         """Forget calibration (model change)."""
+        ...
+
+
+@runtime_checkable
+class CountingEstimator(Protocol):
+    """An estimator whose raw per-message counts can be kept with the session in a
+    :class:`CountStore` (the built-in ones), so reopening does not re-tokenize."""
+
+    @property
+    def count_key(self) -> str:
+        """Names the estimator and its version: a record of another key is never read."""
+        ...
+
+    def seed_counts(self, counts: Mapping[str, TextStats]) -> None:
+        """Take counts by message fingerprint (from the record) without tokenizing."""
+        ...
+
+    def take_new_counts(self) -> dict[str, TextStats]:
+        """The counts measured since the last call (to append to the record)."""
         ...
 
 
@@ -118,7 +138,10 @@ class CheckpointReview(Protocol):
     ``second_pass`` a summary that lost facts goes back to the summarizer once."""
 
     @property
-    def second_pass(self) -> bool: ...
+    def second_pass(self) -> bool:
+        """Whether a summary that lost facts is sent back to the summarizer once (with the
+        losses named) before the check repairs what is still missing."""
+        ...
 
     def pins(self, canonical: Sequence[Message], folded: int, head: Sequence[Message],
              window: int) -> PinBlock | None:
@@ -137,10 +160,19 @@ class Store(Protocol):
     """Durable storage of canonical transcripts and sidecars. ``append`` lands a batch whole
     or not at all; ``write_sidecar`` is atomic and ``replace_sidecar`` a compare-and-swap;
     ``revision`` tells a process that another one wrote; session ids are validated before any
-    storage location is derived from them."""
+    storage location is derived from them (a bad id is a :class:`~ctxfold.SessionError`).
+    ``ctxfold.testing.StoreContract`` is the suite every store passes (docs/plugins.md).
+    Optional extensions below: :class:`PrefixStore`, :class:`CountStore`,
+    :class:`ForkPoints`."""
 
-    def exists(self, session_id: str) -> bool: ...
-    def create(self, session_id: str) -> None: ...
+    def exists(self, session_id: str) -> bool:
+        """Whether the session has a transcript (an empty one counts)."""
+        ...
+
+    def create(self, session_id: str) -> None:
+        """Create an empty session; :class:`~ctxfold.SessionError` if it already exists
+        (two processes creating one id: exactly one succeeds)."""
+        ...
 
     def load(self, session_id: str, *, repair: bool = True) -> list[Message]:
         """The canonical transcript. ``repair=False`` (read-only commands) never changes a
@@ -156,8 +188,15 @@ class Store(Protocol):
         so a process can check before every prepare whether another one wrote."""
         ...
 
-    def read_sidecar(self, session_id: str) -> bytes | None: ...
-    def write_sidecar(self, session_id: str, data: bytes) -> None: ...
+    def read_sidecar(self, session_id: str) -> bytes | None:
+        """The sidecar's bytes as last written, ``None`` when there is none; unreadable
+        storage is a :class:`~ctxfold.SidecarError`."""
+        ...
+
+    def write_sidecar(self, session_id: str, data: bytes) -> None:
+        """Replace the sidecar atomically: a reader sees the old bytes or the new, never a
+        mix; never leaves a sidecar behind a deleted session."""
+        ...
 
     def replace_sidecar(self, session_id: str, data: bytes, expected: bytes | None) -> bool:
         """Compare-and-swap: write ``data`` only if the stored sidecar is exactly
@@ -165,12 +204,96 @@ class Store(Protocol):
         every other writer; ``False`` (nothing written) when it was not."""
         ...
 
-    def discard_sidecar(self, session_id: str, reason: str) -> None: ...
-    def last_activity(self, session_id: str) -> float | None: ...
-    def list_sessions(self) -> list[str]: ...
-    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None: ...
-    def rewind(self, session_id: str, upto: int) -> None: ...
-    def delete(self, session_id: str) -> None: ...
+    def discard_sidecar(self, session_id: str, reason: str) -> None:
+        """Set an invalid sidecar aside (kept for inspection, not deleted) so the session
+        opens without it and rebuilds its view from the transcript; ``reason`` says why."""
+        ...
+
+    def last_activity(self, session_id: str) -> float | None:
+        """When the transcript last changed (epoch seconds), ``None`` for no session; a
+        sidecar write does not count (the prompt-cache TTL is measured from it)."""
+        ...
+
+    def list_sessions(self) -> list[str]:
+        """The id of every session in the store, sorted."""
+        ...
+
+    def fork(self, source_id: str, target_id: str, upto: int | None = None) -> None:
+        """Create ``target_id`` holding the first ``upto`` messages of ``source_id`` (all of
+        them when ``None``), with the source's sidecar when its checkpoint lies inside them;
+        :class:`~ctxfold.SessionError` if ``target_id`` exists. The source is unchanged."""
+        ...
+
+    def rewind(self, session_id: str, upto: int) -> None:
+        """Keep only the first ``upto`` messages (0 ≤ ``upto`` ≤ length, else a
+        :class:`~ctxfold.SessionError` and nothing changes), atomically. A store may also
+        take ``keep_as=ID``: publish the whole history as session ``ID`` first, under the same
+        lock — the engine uses it when present (:mod:`ctxfold.engine.lineage`)."""
+        ...
+
+    def delete(self, session_id: str) -> None:
+        """Remove the session and every file or row of it, and nothing of any other session."""
+        ...
+
+
+@runtime_checkable
+class PrefixStore(Protocol):
+    """The optional store extension for reopening long sessions quickly
+    (:mod:`ctxfold.engine.transcript`)."""
+
+    def load_transcript(self, session_id: str) -> Sequence[Message]:
+        """The canonical transcript, like ``load``, maybe a :class:`~ctxfold.Transcript`
+        whose vouched prefix is not decoded yet."""
+        ...
+
+    def vouch_prefix(self, session_id: str, count: int, prefix_hash: str,
+                     revision: str) -> None:
+        """Remember that the first ``count`` messages, as stored at ``revision``, have
+        covered-prefix hash ``prefix_hash`` (a cache: nothing when the transcript is no
+        longer at ``revision``; no durability needed)."""
+        ...
+
+
+class LazyLines(Protocol):
+    """The stored lines of a transcript prefix, decoded on demand by their store (what a
+    :class:`PrefixStore` hands a :class:`~ctxfold.Transcript`)."""
+
+    def __len__(self) -> int:
+        """How many stored lines (messages) there are."""
+        ...
+
+    def decode(self, index: int) -> Message:
+        """Message ``index``; :class:`~ctxfold.StoreError` naming the line if it is bad."""
+        ...
+
+    def roles(self) -> Sequence[str]:
+        """The role of each message read from its line without decoding it; ``""`` where
+        the line does not show it plainly."""
+        ...
+
+
+@runtime_checkable
+class CountStore(Protocol):
+    """The optional store extension that keeps the token-count record of a session
+    (:mod:`ctxfold.engine.counts`)."""
+
+    def read_counts(self, session_id: str, key: str) -> bytes:
+        """The record of ``key`` (empty when there is none)."""
+        ...
+
+    def append_counts(self, session_id: str, key: str, data: bytes) -> None:
+        """Append to the record of ``key`` (no durability needed: it is a cache)."""
+        ...
+
+
+@runtime_checkable
+class ForkPoints(Protocol):
+    """The optional store extension that records where a session came from: ``fork`` (and
+    a rewind's ``keep_as``) record a :class:`~ctxfold.ForkPoint` for the new session."""
+
+    def fork_point(self, session_id: str) -> ForkPoint | None:
+        """Where ``session_id`` was forked from; ``None`` for a session that was created."""
+        ...
 
 
 @runtime_checkable
@@ -220,7 +343,9 @@ class AsyncProvider(Provider, Protocol):
 class ShowsBody(Protocol):
     """A provider that can show the exact body it would send (``ctxfold_before_request``)."""
 
-    def body(self, request: ChatRequest) -> dict[str, Any]: ...
+    def body(self, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body ``complete(request)`` would send, byte for byte once serialized."""
+        ...
 
 
 class StreamAssembler(Protocol):

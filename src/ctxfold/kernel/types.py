@@ -289,3 +289,16 @@ class SseEvent:
 
     event: str
     data: str
+
+
+@attrs.frozen
+class ForkPoint:
+    """Where a session came from: it began as the first ``at`` messages of session
+    ``parent``. ``reason`` is ``"fork"`` (an explicit fork, or a proxy's branch) or
+    ``"rewind"`` (the session keeps the history a rewind of ``parent`` to ``at`` messages
+    set aside). Recorded by the store when it creates the session, never changed after."""
+
+    parent: str
+    at: int
+    reason: str = "fork"
+    created_at: str = ""

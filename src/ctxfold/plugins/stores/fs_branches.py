@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxfold.atomic import FILE_MODE, atomic_write
-from ctxfold.engine.lineage import ForkPoint
 from ctxfold.kernel.errors import SessionError
-from ctxfold.kernel.types import Message, utc_now
+from ctxfold.kernel.types import ForkPoint, Message, utc_now
 from ctxfold.plugins.stores.fs_files import (
     decode_fork_point,
     encode_fork_point,

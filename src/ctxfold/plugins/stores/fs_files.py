@@ -28,9 +28,8 @@ if sys.platform != "win32":
     import fcntl
 else:  # pragma: no cover - exercised on Windows only
     fcntl = None
-from ctxfold.engine.lineage import ForkPoint
 from ctxfold.kernel.errors import SessionError, StoreError
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.types import ForkPoint, Message
 from ctxfold.session_id import validate_session_id
 
 #: A file's identity for the cache: (inode, size, mtime_ns).

@@ -109,7 +109,7 @@ class PrefixMemos:
 
 class PrefixFiles:
     """``load_transcript`` and ``vouch_prefix`` of :class:`~ctxfold.plugins.stores.fs.FsStore`
-    (the optional ``ctxfold.engine.transcript.PrefixStore`` extension)."""
+    (the optional ``ctxfold.kernel.contracts.PrefixStore`` extension)."""
 
     root: Path
     _prefixes: PrefixMemos

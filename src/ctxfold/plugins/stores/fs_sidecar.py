@@ -96,7 +96,7 @@ class SidecarFiles:
 
 class CountFiles:
     """The token-count record ``<id>.tokens-<key>`` of :class:`~ctxfold.plugins.stores.fs.FsStore`
-    (the optional ``ctxfold.engine.counts.CountStore`` extension; FsStore provides ``root``)."""
+    (the optional ``ctxfold.kernel.contracts.CountStore`` extension; FsStore provides ``root``)."""
 
     root: Path
 

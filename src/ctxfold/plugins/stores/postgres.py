@@ -18,11 +18,10 @@ from __future__ import annotations
 from datetime import UTC
 from typing import Any
 
-from ctxfold.engine.lineage import ForkPoint
 from ctxfold.kernel.errors import SessionError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StoreOptions, StrategyContext, StrategySpec
-from ctxfold.kernel.types import Message
+from ctxfold.kernel.types import ForkPoint, Message
 from ctxfold.plugins.stores.fs_files import projection_within
 from ctxfold.plugins.stores.fs_lines import decode_message
 from ctxfold.plugins.stores.postgres_append import Appends
