@@ -98,7 +98,7 @@ class _Plugin:
         def factory(_context: StrategyContext) -> _LogImporter:
             return _LogImporter(self.broken)
 
-        return [StrategySpec(kind="importer", name="chatlog", factory=factory)]
+        return [StrategySpec(name="chatlog", factory=factory)]
 
 
 def test_third_party_importer_is_detected_before_generic(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def test_an_importer_plugin_that_trips_is_an_importer_error(tmp_path: Path) -> N
     class Plugin:
         @hookimpl
         def ctxfold_importers(self):
-            return [StrategySpec(kind="importer", name="sloppy", factory=lambda c: Sloppy())]
+            return [StrategySpec(name="sloppy", factory=lambda c: Sloppy())]
 
     registry = ctxfold.Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
     path = tmp_path / "x.json"

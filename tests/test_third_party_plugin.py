@@ -37,7 +37,7 @@ class CharCount:
 
 @hookimpl
 def ctxfold_estimators():
-    return [StrategySpec(kind="estimator", name="charcount", factory=lambda ctx: CharCount(),
+    return [StrategySpec(name="charcount", factory=lambda ctx: CharCount(),
                          description="one token per character")]
 '''
 

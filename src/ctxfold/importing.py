@@ -1,6 +1,6 @@
 """Importing agent transcripts from other systems (strategy kind ``importer``).
 
-An importer is registered with ``StrategySpec(kind="importer", name=..., factory=...)``
+An importer is registered with ``StrategySpec(name=..., factory=...)``
 from the ``ctxfold_importers`` hook. Its factory returns an
 :class:`~ctxfold.kernel.contracts.Importer`: a ``name``, a cheap ``sniff(path)`` (file name,
 first/last bytes, directory layout; never a full parse) and ``load(path)`` returning an

@@ -239,11 +239,11 @@ def test_legacy_handling_goes_through_the_strategy_family(dirs: dict[str, Path])
 class _FakeStrategies:
     @hookimpl
     def ctxfold_providers(self) -> list[StrategySpec]:
-        return [StrategySpec(kind="provider", name="fake", factory=lambda c: None)]
+        return [StrategySpec(name="fake", factory=lambda c: None)]
 
     @hookimpl
     def ctxfold_stores(self) -> list[StrategySpec]:
-        return [StrategySpec(kind="store", name="fs-fake", factory=lambda c: None)]
+        return [StrategySpec(name="fs-fake", factory=lambda c: None)]
 
 
 def test_unknown_strategy_names_list_the_available_ones(dirs: dict[str, Path]) -> None:

@@ -30,7 +30,7 @@ def _estimator_plugin(name: str):
     class Plugin:
         @hookimpl
         def ctxfold_estimators(self):
-            return [StrategySpec(kind="estimator", name=name, factory=lambda ctx: _Counter())]
+            return [StrategySpec(name=name, factory=lambda ctx: _Counter())]
 
     return Plugin()
 
@@ -88,7 +88,7 @@ def test_create_calls_the_factory_with_context() -> None:
         def ctxfold_estimators(self):
             return [
                 StrategySpec(
-                    kind="estimator", name="spy", factory=lambda ctx: seen.append(ctx) or _Counter()
+                    name="spy", factory=lambda ctx: seen.append(ctx) or _Counter()
                 )
             ]
 
@@ -98,6 +98,18 @@ def test_create_calls_the_factory_with_context() -> None:
     assert isinstance(built, _Counter)
     assert [ctx.options for ctx in seen] == [options]
     assert seen[0].registry is registry
+
+
+def test_the_kind_comes_from_the_hook() -> None:
+    """A descriptor need not repeat the kind its hook names: the registry fills it in."""
+    class Plugin:
+        @hookimpl
+        def ctxfold_estimators(self):
+            return [StrategySpec(name="plain", factory=lambda ctx: _Counter())]
+
+    registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
+    assert registry.get(ESTIMATOR, "plain").kind == "estimator"
+    assert all(spec.kind == "estimator" for spec in registry.specs(ESTIMATOR))
 
 
 def test_wrong_kind_from_a_hook_is_refused() -> None:
@@ -131,7 +143,7 @@ def _migration_plugin(name: str, **marks):
     class Plugin:
         @hookimpl(**marks)
         def ctxfold_config_migrations(self):
-            return [StrategySpec(kind="config_migration", name=name,
+            return [StrategySpec(name=name,
                                  factory=lambda ctx: _Migration())]
 
     return Plugin()
@@ -168,7 +180,7 @@ def test_a_wrapper_plugin_sees_and_changes_the_registered_strategies() -> None:
             groups = yield
             seen.extend(spec.name for group in groups for spec in group)
             kept = [[s for s in group if s.name != "alpha"] for group in groups]
-            return [*kept, [StrategySpec(kind="estimator", name="wrapped",
+            return [*kept, [StrategySpec(name="wrapped",
                                          factory=lambda ctx: _Counter())]]
 
     registry = Registry.from_config(
@@ -195,7 +207,7 @@ def test_a_provider_needs_only_what_the_protocol_documents(extra) -> None:
     class Plugin:
         @hookimpl
         def ctxfold_providers(self):
-            return [StrategySpec(kind="provider", name="mine", factory=lambda ctx: cls())]
+            return [StrategySpec(name="mine", factory=lambda ctx: cls())]
 
     registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
     built = registry.create("provider", "mine", config=Config())

@@ -107,7 +107,7 @@ def test_unavailable_policies_are_named_not_silently_dropped(tmp_path: Path, cap
     class Plugin:
         @hookimpl
         def ctxfold_policies(self):
-            return [StrategySpec(kind="policy", name="needs-nothing-real",
+            return [StrategySpec(name="needs-nothing-real",
                                  factory=lambda ctx: None, requires=("no_such_module_xyz",),
                                  install="pip install no-such-thing")]
 

@@ -140,7 +140,7 @@ def test_broken_invariants_are_detected() -> None:
     class Plugin:
         @hookimpl
         def ctxfold_policies(self):
-            return [StrategySpec(kind="policy", name="vandal", factory=lambda ctx: _Vandal())]
+            return [StrategySpec(name="vandal", factory=lambda ctx: _Vandal())]
 
     registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
     messages = [Message(role="system", content="sys"), Message(role="user", content="a"),
@@ -215,7 +215,7 @@ def test_a_summary_request_over_the_budget_is_an_overflow() -> None:
     class Plugin:
         @hookimpl
         def ctxfold_policies(self):
-            return [StrategySpec(kind="policy", name="big-summary",
+            return [StrategySpec(name="big-summary",
                                  factory=lambda ctx: _BigSummary())]
 
     registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
@@ -233,7 +233,7 @@ def test_a_summary_whose_briefing_does_not_fit_the_reservation_is_an_overflow() 
         class Plugin:
             @hookimpl
             def ctxfold_policies(self):
-                return [StrategySpec(kind="policy", name="big-summary",
+                return [StrategySpec(name="big-summary",
                                      factory=lambda ctx: _BigSummary(2500, briefing))]
 
         registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])

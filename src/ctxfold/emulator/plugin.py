@@ -142,7 +142,6 @@ def ctxfold_providers() -> list[StrategySpec]:
     """Register the ``emulator`` provider."""
     return [
         StrategySpec(
-            kind="provider",
             name="emulator",
             default=True,
             factory=create,

@@ -106,10 +106,12 @@ class StrategyContext(Generic[OptionsT]):
 class StrategySpec:
     """A named strategy registered by a plugin.
 
-    ``factory(context)`` builds the strategy object, which must satisfy the protocol of
-    ``kind`` (see :data:`KINDS`). ``defaults`` (providers only) declares the provider's
-    defaults: a :class:`ProviderDefaults`, or a function of the config for a provider whose
-    defaults follow another setting. ``source`` is filled in by the registry.
+    ``factory(context)`` builds the strategy object, which must satisfy the protocol of its
+    kind (see :data:`KINDS`). ``kind`` is filled in by the registry from the hook that
+    returned the descriptor (``ctxfold_providers`` → ``provider``); a plugin need not give
+    it, and one that does must give the hook's. ``defaults`` (providers only) declares the
+    provider's defaults: a :class:`ProviderDefaults`, or a function of the config for a
+    provider whose defaults follow another setting. ``source`` is filled in by the registry.
     ``requires`` names the modules the strategy needs beyond ctxfold's own dependencies (an
     optional extra); ``install`` says how to get them. A strategy whose modules are missing
     stays registered (listed, named in errors) but is not *available*. ``default`` marks the
@@ -118,7 +120,6 @@ class StrategySpec:
     ``[provider]``.
     """
 
-    kind: str
     name: str
     factory: Callable[[StrategyContext[Any]], Any]
     description: str = ""
@@ -128,6 +129,7 @@ class StrategySpec:
     install: str = ""
     default: bool = False
     calls_provider: bool = False
+    kind: str = ""
 
     def missing(self) -> str:
         """Why the strategy cannot be built here ("" when its modules are importable)."""

@@ -114,7 +114,7 @@ class Registry:
                 f"plugin {source} returned {spec!r} from a {kind} registration hook; "
                 "expected ctxfold.StrategySpec"
             )
-        if spec.kind != kind:
+        if spec.kind and spec.kind != kind:
             raise PluginError(
                 f"plugin {source} registered {spec.kind} {spec.name!r} from the {kind} hook"
             )
@@ -123,7 +123,7 @@ class Registry:
                 f"duplicate {kind} name {spec.name!r}: registered by {table[spec.name].source} "
                 f"and by {source}; disable one with [plugins] disabled = [...]"
             )
-        table[spec.name] = attrs.evolve(spec, source=source)
+        table[spec.name] = attrs.evolve(spec, kind=kind, source=source)
 
     def names(self, kind: StrategyKind[Any] | str) -> list[str]:
         """Registered names of one kind, sorted."""

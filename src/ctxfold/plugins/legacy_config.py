@@ -62,7 +62,6 @@ def ctxfold_config_migrations() -> list[StrategySpec]:
     """Register ``legacy-multi-threshold``."""
     return [
         StrategySpec(
-            kind="config_migration",
             name=NAME,
             factory=_factory,
             description="zero and remove the retired multi-threshold [agent] keys",

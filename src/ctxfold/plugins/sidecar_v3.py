@@ -218,7 +218,6 @@ def ctxfold_sidecar_formats() -> list[StrategySpec]:
     """Register the sidecar codec ``v3``."""
     return [
         StrategySpec(
-            kind="sidecar_format",
             name="v3",
             default=True,
             factory=_create,

@@ -100,7 +100,7 @@ def test_factory_builds_configured_provider_when_none_is_passed() -> None:
     class Plugin:
         @hookimpl
         def ctxfold_providers(self) -> list[StrategySpec]:
-            return [StrategySpec(kind="provider", name="fake-test", factory=lambda _c: provider)]
+            return [StrategySpec(name="fake-test", factory=lambda _c: provider)]
 
     registry = Registry.from_config(load_entry_points=False, extra_plugins=[Plugin()])
     config = Config(provider=ProviderConfig(name="fake-test"))

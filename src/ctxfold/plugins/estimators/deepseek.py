@@ -138,7 +138,6 @@ def ctxfold_estimators() -> list[StrategySpec]:
     """Register the ``deepseek`` estimator."""
     return [
         StrategySpec(
-            kind="estimator",
             name="deepseek",
             default=True,
             factory=_factory,

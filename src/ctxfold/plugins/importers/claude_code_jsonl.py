@@ -150,7 +150,6 @@ def ctxfold_importers() -> list[StrategySpec]:
     """Register the ``claude-code-jsonl`` importer."""
     return [
         StrategySpec(
-            kind="importer",
             name=NAME,
             factory=_factory,
             description="native Claude Code session JSONL (~/.claude/projects/*/<id>.jsonl)",

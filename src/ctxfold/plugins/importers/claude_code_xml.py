@@ -151,7 +151,6 @@ def ctxfold_importers() -> list[StrategySpec]:
     """Register the ``claude-code-xml`` importer."""
     return [
         StrategySpec(
-            kind="importer",
             name=NAME,
             factory=_factory,
             description="Claude Code session exported to XML by cctrace",

@@ -102,7 +102,6 @@ def ctxfold_importers() -> list[StrategySpec]:
     """Register the ``mini-swe-agent-v1`` importer."""
     return [
         StrategySpec(
-            kind="importer",
             name=NAME,
             factory=_factory,
             description="mini-swe-agent 1.x .traj.json (text ```bash actions, synthetic call ids)",

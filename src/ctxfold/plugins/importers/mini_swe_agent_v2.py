@@ -105,7 +105,6 @@ def ctxfold_importers() -> list[StrategySpec]:
     """Register the ``mini-swe-agent-v2`` importer."""
     return [
         StrategySpec(
-            kind="importer",
             name=NAME,
             factory=_factory,
             description="mini-swe-agent 2.x .traj.json (native tool calls; exit -> tool reply)",

@@ -123,7 +123,6 @@ def ctxfold_importers() -> list[StrategySpec]:
     """Register the ``openai`` importer."""
     return [
         StrategySpec(
-            kind="importer",
             name=NAME,
             factory=_factory,
             description="OpenAI chat messages: JSON list, {messages, tools} object, or JSONL",

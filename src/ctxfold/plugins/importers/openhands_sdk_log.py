@@ -80,7 +80,6 @@ def ctxfold_importers() -> list[StrategySpec]:
     """Register the ``openhands-sdk-log`` importer."""
     return [
         StrategySpec(
-            kind="importer",
             name=NAME,
             factory=_factory,
             description="OpenHands SDK LLM completion log (request messages + response)",

@@ -197,7 +197,6 @@ def ctxfold_importers() -> list[StrategySpec]:
     """Register the ``openhands-v1`` importer."""
     return [
         StrategySpec(
-            kind="importer",
             name=NAME,
             factory=_factory,
             description="OpenHands V1 event store directory (event_service/events/event-*.json)",

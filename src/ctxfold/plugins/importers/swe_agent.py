@@ -88,7 +88,6 @@ def ctxfold_importers() -> list[StrategySpec]:
     """Register the ``swe-agent`` importer."""
     return [
         StrategySpec(
-            kind="importer",
             name=NAME,
             factory=_factory,
             description="SWE-agent .traj (history[] with tool calls)",

@@ -30,5 +30,5 @@ def _factory(context: StrategyContext[PolicyOptions]) -> AppendOnlyPolicy:
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
     """Register the ``append-only`` policy."""
-    return [StrategySpec(kind="policy", name="append-only", factory=_factory,
+    return [StrategySpec(name="append-only", factory=_factory,
                          description="never maintains; overflow ends the run (baseline)")]

@@ -128,6 +128,6 @@ def _factory(context: StrategyContext[PolicyOptions]) -> CodexLikePolicy:
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
     """Register the ``codex-like`` policy."""
-    return [StrategySpec(kind="policy", name="codex-like", factory=_factory,
+    return [StrategySpec(name="codex-like", factory=_factory,
                          description="Codex CLI local compaction: at 90% keep user messages "
                                      "(20k tokens) + one summary")]

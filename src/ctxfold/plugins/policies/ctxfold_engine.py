@@ -215,12 +215,12 @@ def _boundary(context: StrategyContext[PolicyOptions]) -> CtxfoldPolicy:
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
     """Register the ``ctxfold``, ``ctxfold-plain`` and ``ctxfold-boundary`` policies."""
-    return [StrategySpec(kind="policy", name="ctxfold", factory=_factory,
+    return [StrategySpec(name="ctxfold", factory=_factory,
                          description="the ctxfold engine (ContextManager.prepare) as specified"),
-            StrategySpec(kind="policy", name="ctxfold-plain", factory=_plain,
+            StrategySpec(name="ctxfold-plain", factory=_plain,
                          description="the ctxfold engine without pinned rules and without the "
                          "summary check (what they add)"),
-            StrategySpec(kind="policy", name="ctxfold-boundary", factory=_boundary,
+            StrategySpec(name="ctxfold-boundary", factory=_boundary,
                          description="the ctxfold engine whose model calls session:fold at "
                          "each task boundary (a user message after a reply without tool "
                          "calls)")]

@@ -58,6 +58,6 @@ def _factory(context: StrategyContext[PolicyOptions]) -> MaskingPolicy:
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
     """Register the ``masking`` policy."""
-    return [StrategySpec(kind="policy", name="masking", factory=_factory,
+    return [StrategySpec(name="masking", factory=_factory,
                          description="observation masking: all but the last 10 tool results "
                                      "replaced by a placeholder (JetBrains, 2025)")]

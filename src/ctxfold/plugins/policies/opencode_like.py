@@ -143,6 +143,6 @@ def _factory(context: StrategyContext[PolicyOptions]) -> OpencodeLikePolicy:
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
     """Register the ``opencode-like`` policy."""
-    return [StrategySpec(kind="policy", name="opencode-like", factory=_factory,
+    return [StrategySpec(name="opencode-like", factory=_factory,
                          description="opencode: prune tool outputs beyond the newest 40k "
                                      "tokens, summary at window - 20k")]

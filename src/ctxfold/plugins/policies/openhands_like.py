@@ -121,6 +121,6 @@ def _factory(context: StrategyContext[PolicyOptions]) -> OpenHandsLikePolicy:
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
     """Register the ``openhands-like`` policy."""
-    return [StrategySpec(kind="policy", name="openhands-like", factory=_factory,
+    return [StrategySpec(name="openhands-like", factory=_factory,
                          description="OpenHands LLMSummarizingCondenser: keep_first 4, "
                                      "max_size 120 events, newest half kept")]

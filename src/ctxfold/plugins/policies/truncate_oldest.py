@@ -56,5 +56,5 @@ def _factory(context: StrategyContext[PolicyOptions]) -> TruncateOldestPolicy:
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
     """Register the ``truncate-oldest`` policy."""
-    return [StrategySpec(kind="policy", name="truncate-oldest", factory=_factory,
+    return [StrategySpec(name="truncate-oldest", factory=_factory,
                          description="drops the oldest whole rounds until under the trigger")]

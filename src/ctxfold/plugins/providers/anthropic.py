@@ -378,5 +378,5 @@ def create(context: StrategyContext[ProviderOptions]) -> HttpProvider:
 @hookimpl
 def ctxfold_providers() -> list[StrategySpec]:
     """Register the ``anthropic`` provider."""
-    return [StrategySpec(kind="provider", name=NAME, factory=create, defaults=DEFAULTS,
+    return [StrategySpec(name=NAME, factory=create, defaults=DEFAULTS,
                          description="Anthropic Messages API (api.anthropic.com/v1/messages)")]

@@ -81,5 +81,5 @@ def create(context: StrategyContext[ProviderOptions]) -> HttpProvider:
 @hookimpl
 def ctxfold_providers() -> list[StrategySpec]:
     """Register the ``deepseek`` provider."""
-    return [StrategySpec(kind="provider", name="deepseek", factory=create, defaults=DEFAULTS,
+    return [StrategySpec(name="deepseek", factory=create, defaults=DEFAULTS,
                          description="DeepSeek chat completions (api.deepseek.com)")]

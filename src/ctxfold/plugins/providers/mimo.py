@@ -67,5 +67,5 @@ def create(context: StrategyContext[ProviderOptions]) -> HttpProvider:
 @hookimpl
 def ctxfold_providers() -> list[StrategySpec]:
     """Register the ``mimo`` provider."""
-    return [StrategySpec(kind="provider", name="mimo", factory=create, defaults=DEFAULTS,
+    return [StrategySpec(name="mimo", factory=create, defaults=DEFAULTS,
                          description="Xiaomi MiMo chat completions (api.xiaomimimo.com)")]

@@ -240,5 +240,5 @@ def create(context: StrategyContext[ProviderOptions]) -> HttpProvider:
 @hookimpl
 def ctxfold_providers() -> list[StrategySpec]:
     """Register the ``responses`` provider."""
-    return [StrategySpec(kind="provider", name=NAME, factory=create, defaults=DEFAULTS,
+    return [StrategySpec(name=NAME, factory=create, defaults=DEFAULTS,
                          description="OpenAI Responses API (api.openai.com/v1/responses)")]

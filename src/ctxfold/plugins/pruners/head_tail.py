@@ -67,7 +67,6 @@ def ctxfold_pruners() -> list[StrategySpec]:
     """Register the ``head-tail`` pruner."""
     return [
         StrategySpec(
-            kind="pruner",
             name="head-tail",
             default=True,
             factory=_factory,

@@ -263,7 +263,6 @@ def ctxfold_stores() -> list[StrategySpec]:
     """Register the filesystem store ``fs``."""
     return [
         StrategySpec(
-            kind="store",
             name="fs",
             default=True,
             factory=_create,

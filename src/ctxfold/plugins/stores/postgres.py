@@ -279,7 +279,6 @@ def ctxfold_stores() -> list[StrategySpec]:
     """Register the PostgreSQL store ``postgres`` (the ``postgres`` extra)."""
     return [
         StrategySpec(
-            kind="store",
             name="postgres",
             factory=_create,
             description="sessions in PostgreSQL, for many workers on one session "

@@ -222,7 +222,6 @@ def ctxfold_summarizers() -> list[StrategySpec]:
     """Register the ``extractive`` summarizer."""
     return [
         StrategySpec(
-            kind="summarizer",
             name="extractive",
             factory=_factory,
             description="deterministic offline briefing from extracted lines; no model call",

@@ -75,7 +75,6 @@ def ctxfold_summarizers() -> list[StrategySpec]:
     """Register the ``llm`` summarizer."""
     return [
         StrategySpec(
-            kind="summarizer",
             name="llm",
             calls_provider=True, default=True,
             factory=_factory,

@@ -45,6 +45,6 @@ def _factory(name: str) -> Any:
 @hookimpl
 def ctxfold_policies() -> list[StrategySpec]:
     """Register the real-library policies (available when the ``peers`` extra is installed)."""
-    return [StrategySpec(kind="policy", name=name, factory=_factory(name),
+    return [StrategySpec(name=name, factory=_factory(name),
                          description=description, requires=requires, install=INSTALL)
             for name, (_module, _cls, requires, description) in PEERS.items()]
