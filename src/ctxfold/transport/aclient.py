@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -18,12 +17,6 @@ from ctxfold.kernel.errors import ProviderError
 from ctxfold.kernel.types import SseEvent
 from ctxfold.transport import errors
 from ctxfold.transport.client import read_kind
-from ctxfold.transport.retry import (
-    MAX_RETRY_AFTER,
-    calculate_retry_timeout,
-    server_wait,
-    wait_beyond_cap,
-)
 from ctxfold.transport.settings import (
     ClientBase,
     HttpSettings,
@@ -132,38 +125,25 @@ class AsyncHttpClient(ClientBase):
         self, path: str, body: Mapping[str, Any] | bytes, *, stream: bool,
         max_retries: int | None = None
     ) -> tuple[httpx.Response, str | None]:
-        s = self.settings
-        retries = s.max_retries if max_retries is None else max_retries
-        url = self.url_for(path)
-        content = body if isinstance(body, bytes) else json.dumps(
-            body, ensure_ascii=False, separators=(",", ":")).encode()
+        retries = self.settings.max_retries if max_retries is None else max_retries
+        url, content = self.url_for(path), self.encoded(body)
         attempt = 0
         while True:
-            headers = self.headers(stream)
+            headers = self.headers(stream)  # key read per attempt: rotation takes effect
             key = self.key_in(headers)
-            delay_headers: Mapping[str, str] = {}
+            answered: Mapping[str, str] = {}
             try:
                 request = self._client.build_request("POST", url, content=content,
                                                      headers=headers)
                 response = await self._client.send(request, stream=True)
             except httpx.TransportError as exc:
-                error: ProviderError = errors.send_error(
-                    s.provider, exc, url, attempt + 1, key,
-                    timeout=isinstance(exc, httpx.TimeoutException))
+                error, retryable = self.unanswered(exc, url, attempt, key), True
             else:
                 if response.status_code < 400:
                     return response, key
                 error, retryable = await self._status_error(response, url, attempt, key)
-                delay_headers = response.headers
-                error.retry_after = error.retry_after or server_wait(delay_headers)
-                if not retryable:
-                    raise error
-            wait = wait_beyond_cap(delay_headers)
-            if wait is not None:  # a retry sooner would be refused: say so and stop
-                raise errors.wait_refused(error, wait, MAX_RETRY_AFTER)
-            if attempt >= retries:
-                raise error
-            await self.sleep(calculate_retry_timeout(attempt, delay_headers))
+                answered = response.headers
+            await self.sleep(self.retry_wait(error, retryable, answered, attempt, retries))
             attempt += 1
 
     async def _status_error(

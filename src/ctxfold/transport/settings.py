@@ -3,6 +3,7 @@ request parts that do not depend on sync or async I/O (URL, key, headers, error 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -15,6 +16,12 @@ from ctxfold.kernel.types import SseEvent
 from ctxfold.secrets import holds_a_secret_not_a_name, redact_text, remember_secret
 from ctxfold.transport import errors
 from ctxfold.transport.errors import OverflowParser
+from ctxfold.transport.retry import (
+    MAX_RETRY_AFTER,
+    calculate_retry_timeout,
+    server_wait,
+    wait_beyond_cap,
+)
 
 
 @attrs.frozen
@@ -186,6 +193,39 @@ class ClientBase:
         s = self.settings
         return httpx.Timeout(connect=s.connect_timeout, read=s.idle_timeout,
                              write=s.idle_timeout, pool=s.connect_timeout)
+
+    @staticmethod
+    def encoded(body: Mapping[str, Any] | bytes) -> bytes:
+        """The request's bytes: ``body`` as compact JSON with UTF-8 kept, or as given when
+        it is already encoded."""
+        if isinstance(body, bytes):
+            return body
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def unanswered(self, exc: Exception, url: str, attempt: int,
+                   key: str | None) -> ProviderError:
+        """The error of attempt ``attempt`` (from 0) whose request got no answer."""
+        import httpx
+
+        return errors.send_error(self.settings.provider, exc, url, attempt + 1, key,
+                                 timeout=isinstance(exc, httpx.TimeoutException))
+
+    def retry_wait(self, error: ProviderError, retryable: bool, answered: Mapping[str, str],
+                   attempt: int, retries: int) -> float:
+        """After failed attempt ``attempt`` (from 0; ``answered``: the error response's
+        headers, empty when there was none), the seconds to wait before the next one — or
+        ``error`` raised: not retryable, out of ``retries``, or the server asks for a wait
+        beyond :data:`~ctxfold.transport.retry.MAX_RETRY_AFTER` (said in the error). The
+        one retry rule of both clients."""
+        error.retry_after = error.retry_after or server_wait(answered)
+        if not retryable:
+            raise error
+        wait = wait_beyond_cap(answered)
+        if wait is not None:  # a retry sooner would be refused: say so and stop
+            raise errors.wait_refused(error, wait, MAX_RETRY_AFTER)
+        if attempt >= retries:
+            raise error
+        return calculate_retry_timeout(attempt, answered)
 
     def status_error(self, status: int, text: str, url: str, attempt: int, key: str | None,
                      headers: Mapping[str, str]) -> tuple[ProviderError, bool]:
