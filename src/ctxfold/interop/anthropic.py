@@ -17,18 +17,19 @@ string or a list of text blocks) and the official SDK's types
   string content is a plain user message;
 * ``system`` (a string or text blocks) to one ``system`` message.
 
-Every block is also kept as given (``Message.anthropic_blocks``, the modeled fields nulled), so
-thinking signatures, ``redacted_thinking``, ``cache_control``, ``is_error``, citations and
-server-tool blocks go back out exactly, and where one Anthropic message ends and the next
-begins is kept with them; the message's own fields fill the nulls, so a bounded or pruned tool
-result goes out bounded or pruned. A message whose fields no longer fit its kept blocks (it
-was rewritten after it was appended) is sent from its fields alone, as a message that never
-came from this format is: a ``tool`` message joins the previous run of tool results (so
-consecutive results go out as one user message), reasoning without a signature is left out
-(the API refuses a thinking block without one), chat and Responses content parts become
-Anthropic blocks (``image_url`` data URLs become base64 image sources), and a system message
-after the first non-system message goes out as a user message (Anthropic has no system role
-inside ``messages``).
+Every block is also kept as given (``Message.anthropic_blocks``, the modeled fields nulled),
+so thinking signatures, ``redacted_thinking``, ``cache_control``, ``is_error``, citations
+and server-tool blocks go back out exactly (but for blank text blocks and empty assistant
+turns, which the API refuses: :func:`_sendable`), and where one Anthropic message ends and
+the next begins is kept with them; the message's own fields fill the nulls, so a bounded or
+pruned tool result goes out bounded or pruned. A message whose fields no longer fit its kept
+blocks (it was rewritten after it was appended) is sent from its fields alone, as a message
+that never came from this format is: a ``tool`` message joins the previous run of tool
+results (so consecutive results go out as one user message), reasoning without a signature
+is left out (the API refuses a thinking block without one), chat and Responses content parts
+become Anthropic blocks (``image_url`` data URLs become base64 image sources), and a system
+message after the first non-system message goes out as a user message (Anthropic has no
+system role inside ``messages``).
 
 **Breakpoints.** :func:`place_breakpoints` marks the blocks ctxfold knows are stable (see its
 docstring and ``docs/providers.md``).
@@ -267,6 +268,11 @@ def wire_of(messages: Sequence[Message]) -> Wire:
             continue
         role = "assistant" if m.role == "assistant" else "user"
         content, envelope, continues = _content_of(m, where)
+        if role == "assistant":
+            content = _sendable(content)
+            if not content:
+                positions.append(None)  # an empty reply: nothing the API takes back
+                continue
         last = out[-1] if out else None
         if (continues and last is not None and last["role"] == role
                 and isinstance(last["content"], list) and isinstance(content, list)):
@@ -277,6 +283,27 @@ def wire_of(messages: Sequence[Message]) -> Wire:
                         for k, v in env.items()})
         positions.append(len(out) - 1)
     return Wire(system=system, messages=out, positions=positions)
+
+
+def _sendable(content: Any) -> Any:
+    """An assistant message's content without the text the API refuses to take back.
+
+    Claude may answer with no content or with an empty text block (kept as received), but a
+    request refuses both: "all messages must have non-empty content except for the optional
+    final assistant message" and "text content blocks must be non-empty"
+    (https://docs.anthropic.com/en/api/messages; reports:
+    https://github.com/anthropics/claude-code/issues/3196,
+    https://github.com/anthropics/claude-code/issues/6774). Blank text blocks are left out;
+    what is left may be empty, and :func:`wire_of` then leaves the whole turn out. That keeps
+    the request valid: an empty turn has no tool call whose result would follow, and the
+    API combines the user turns on either side of it into one, as it does any consecutive
+    turns of one role."""
+    if isinstance(content, str):
+        return content if content.strip() else ""
+    if isinstance(content, list):
+        return [b for b in content if not (isinstance(b, Mapping) and b.get("type") == "text"
+                                           and not str(b.get("text") or "").strip())]
+    return content
 
 
 def _system_blocks(m: Message, where: str) -> list[dict[str, Any]]:

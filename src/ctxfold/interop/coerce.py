@@ -4,11 +4,13 @@ uses for ``append(...)``, ``tools=`` and ``observe_usage(...)``.
 Messages: a :class:`~ctxfold.Message`, an OpenAI chat message dict, a Responses input item
 (a dict with a ``type``: message, function_call, function_call_output, reasoning, …), an
 Anthropic message with blocks only that format has (``tool_use``, ``tool_result``,
-``thinking``…: :mod:`ctxfold.interop.anthropic`; one message may become several), or an SDK
-object (anything with ``model_dump``: the SDK's ``ChatCompletionMessage``, Responses output
-items), dumped without its unset fields. Tools: a :class:`~ctxfold.ToolSchema`, a chat or
-Responses function tool dict, an Anthropic tool (``input_schema``), or an SDK object.
-Anything else raises :class:`MessageError` naming its position.
+``thinking``…: :mod:`ctxfold.interop.anthropic`; one message may become several), an
+Anthropic response (the SDK's ``Message``: its role and content), or an SDK object (anything
+with ``model_dump``: the SDK's ``ChatCompletionMessage``, Responses output items, Anthropic
+content blocks inside a message's ``content`` list), dumped without its unset fields. Tools:
+a :class:`~ctxfold.ToolSchema`, a chat or Responses function tool dict, an Anthropic tool
+(``input_schema``), or an SDK object. Anything else raises :class:`MessageError` naming its
+position.
 """
 
 from __future__ import annotations
@@ -29,12 +31,43 @@ ANTHROPIC_ONLY_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redac
                                    "server_tool_use", "document"})
 
 
+#: Fields of an Anthropic response (``anthropic.types.Message``) that a request message does
+#: not take (https://docs.anthropic.com/en/api/messages: a response has ``id``, ``type``,
+#: ``model``, ``stop_reason``, ``stop_sequence``, ``usage``; a request message only ``role``
+#: and ``content``).
+ANTHROPIC_RESPONSE_FIELDS = frozenset({"stop_reason", "stop_sequence", "usage", "model"})
+
+
 def _is_anthropic(data: Mapping[str, Any]) -> bool:
     content = data.get("content")
     return data.get("role") in ("user", "assistant") and isinstance(content, list) and any(
         isinstance(b, Mapping) and (b.get("type") in ANTHROPIC_ONLY_BLOCKS
                                     or (b.get("type") == "image" and "source" in b))
         for b in content)
+
+
+def _is_anthropic_response(data: Mapping[str, Any]) -> bool:
+    """An Anthropic response message (the SDK's ``Message``, or its dump): ``type``
+    ``"message"`` as a Responses message item has too, but with a response's fields."""
+    return (data.get("type") == "message" and data.get("role") == "assistant"
+            and isinstance(data.get("content"), list)
+            and not ANTHROPIC_RESPONSE_FIELDS.isdisjoint(data))
+
+
+def _plain_blocks(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
+    """``(data, anthropic)``: ``data`` with SDK objects in its ``content`` list as dicts
+    (``model_dump`` without unset fields), and whether one of them was an Anthropic SDK
+    block — ``{"role": "assistant", "content": response.content}`` is how the Anthropic SDK's
+    users send a reply back
+    (https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use), and
+    such a message is read as an Anthropic one whatever its blocks."""
+    content = data.get("content")
+    if not isinstance(content, list | tuple) or all(isinstance(b, Mapping) for b in content):
+        return data, False
+    anthropic = any(type(b).__module__.split(".")[0] == "anthropic" for b in content)
+    blocks = [as_mapping(b) for b in content]
+    return {**data, "content": [b if b is not None else v
+                                for b, v in zip(blocks, content, strict=True)]}, anthropic
 
 
 def _is_item(data: Mapping[str, Any]) -> bool:
@@ -65,11 +98,16 @@ def to_messages(values: Iterable[Any], *, where: str = "append") -> list[Message
             raise MessageError(
                 f"{where}[{i}]: expected a ctxfold Message, an OpenAI message dict, a "
                 f"Responses input item or an SDK message object, got {type(value).__name__}")
-        if _is_item(data):
+        data, sdk_blocks = _plain_blocks(data)
+        response = _is_anthropic_response(data)
+        if response:
+            # Sent back as its request form, role and content (what the SDK's users write).
+            data = {"role": "assistant", "content": data["content"]}
+        elif _is_item(data):
             items.append((i, data))
             continue
         flush()
-        if _is_anthropic(data):
+        if response or sdk_blocks or _is_anthropic(data):
             out.extend(from_anthropic(None, [data], where=f"{where}[{i}:]"))
         else:
             out.append(message_from_openai(data, where=f"{where}[{i}]"))

@@ -155,6 +155,38 @@ def test_thinking_fields_by_model(model, effort, room, fields) -> None:
         assert 1024 <= got["thinking"]["budget_tokens"] < body["max_tokens"]
 
 
+@pytest.mark.parametrize(("model", "effort", "max_tokens", "thinking"), [
+    # The models overview's "Max output" and "Extended thinking" rows
+    # (https://docs.anthropic.com/en/docs/about-claude/models/overview).
+    ("claude-opus-4-1-20250805", "high", 32_000, True),
+    ("claude-opus-4-20250514", "max", 32_000, True),
+    ("claude-opus-4-1", "none", 16_384, False),
+    ("claude-3-5-haiku-20241022", "high", 8_192, False),
+    ("claude-3-5-haiku-latest", "low", 8_192, False),
+    ("claude-3-haiku-20240307", "high", 4_096, False),
+    ("claude-3-opus-20240229", "medium", 4_096, False),
+    ("claude-3-5-sonnet-20241022", "high", 8_192, False),
+    ("claude-3-7-sonnet-20250219", "high", 64_000, True),
+    ("claude-sonnet-4-20250514", "high", 64_000, True),
+    ("claude-opus-4-5", "high", 64_000, True),
+    ("claude-sonnet-4-6", "max", 64_000, True),
+])
+def test_default_max_tokens_and_thinking_follow_the_model(model, effort, max_tokens,
+                                                          thinking) -> None:
+    """Finding 7 of the issue-28 review: Opus 4 / 4.1 accept 32K at most, Claude 3 Haiku 4K,
+    3.5 Haiku 8K, and the Claude 3 / 3.5 models have no extended thinking."""
+    body = AnthropicTranslator().build_body(ChatRequest(messages=MESSAGES[:2], effort=effort),
+                                            model=model)
+    assert body["max_tokens"] == max_tokens
+    assert ("thinking" in body) is thinking
+    if thinking and body["thinking"]["type"] == "enabled":
+        assert 1024 <= body["thinking"]["budget_tokens"] < max_tokens
+    # an explicit max_output_tokens is the host's: sent as given
+    explicit = AnthropicTranslator().build_body(
+        ChatRequest(messages=MESSAGES[:2], effort=effort, max_output_tokens=1000), model=model)
+    assert explicit["max_tokens"] == 1000
+
+
 def test_the_body_is_a_valid_sdk_request() -> None:
     """The SDK's own request TypedDict accepts what ctxfold sends (a check that shares no
     code with the translator)."""

@@ -14,9 +14,11 @@ MiMo's Anthropic-format endpoints are other bases, e.g. ``https://api.deepseek.c
   (``cache_ttl_minutes`` ≥ 60 → ``"1h"``, else ``"5m"``), the newest message with ``"5m"``;
   none below the model's minimum cacheable prefix;
 * ``max_tokens``, required by this API: an explicit ``max_output_tokens``, else the output
-  ladder (16K/32K/64K by effort, 64,000 at most), clipped to what the window leaves;
-* effort ``none``: no thinking; otherwise, for Claude 4.6 and later, ``thinking: {"type":
-  "adaptive"}`` and ``output_config: {"effort": ...}``
+  ladder (16K/32K/64K by effort) within the model's largest (64,000; Opus 4 / 4.1 32,000;
+  the Claude 3 models 4,096 or 8,192: :data:`MAX_OUTPUTS`), clipped to what the window
+  leaves;
+* effort ``none`` or a Claude 3 model but Sonnet 3.7: no thinking; otherwise, for Claude
+  4.6 and later, ``thinking: {"type": "adaptive"}`` and ``output_config: {"effort": ...}``
   (https://platform.claude.com/docs/en/build-with-claude/effort), for older Claude models and
   other endpoints ``thinking: {"type": "enabled", "budget_tokens": ...}``
   (:func:`thinking_fields`);
@@ -72,11 +74,29 @@ NAME = "anthropic"
 #: overview, https://docs.anthropic.com/en/docs/about-claude/models/overview); a larger value
 #: is refused, so the ladder's 64Ki step is clipped to it.
 MAX_OUTPUT = 64_000
+#: The largest ``max_tokens`` of the models that accept less than :data:`MAX_OUTPUT`, by
+#: model-id fragment, first match wins (the models overview's "Max output" row,
+#: https://docs.anthropic.com/en/docs/about-claude/models/overview: Claude Opus 4 and 4.1
+#: 32,000; Claude Sonnet 3.7 64,000; Claude Haiku 3.5 and Sonnet 3.5 8,192; Claude Haiku 3,
+#: Opus 3 and Sonnet 3 4,096). ``claude-opus-4-20250514`` is "opus-4-2025…", its alias
+#: ``claude-opus-4-0``.
+MAX_OUTPUTS = (("opus-4-0", 32_000), ("opus-4-2025", 32_000), ("opus-4-1", 32_000),
+               ("claude-3-7", 64_000), ("claude-3-5-", 8_192), ("claude-3-", 4_096))
 
 
-def output_ladder(effort: str) -> int:
-    """The output ladder (16K / 32K / 64K by effort) within :data:`MAX_OUTPUT`."""
-    return min(ladder_budget(effort), MAX_OUTPUT)
+def max_output(model: str) -> int:
+    """The largest ``max_tokens`` ``model`` accepts (:data:`MAX_OUTPUTS`, else
+    :data:`MAX_OUTPUT`)."""
+    for family, tokens in MAX_OUTPUTS:
+        if family in model:
+            return tokens
+    return MAX_OUTPUT
+
+
+def output_ladder(effort: str, model: str = "") -> int:
+    """The output ladder (16K / 32K / 64K by effort) within what ``model`` accepts
+    (:func:`max_output`; no model: :data:`MAX_OUTPUT`)."""
+    return min(ladder_budget(effort), max_output(model))
 
 
 #: What Anthropic declares: Claude Sonnet 4.6 with its 200K window, the cache's default 5
@@ -110,10 +130,15 @@ STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_c
 
 
 #: Claude models with manual extended thinking only (``budget_tokens``), no adaptive
-#: thinking and no ``output_config.effort`` without a beta header: the Claude 3 family and
-#: the 4.x models before 4.6 (``claude-sonnet-4-20250514`` is "sonnet-4-2…").
-BUDGET_THINKING_MODELS = ("claude-3", "sonnet-4-2", "opus-4-2", "opus-4-1", "sonnet-4-5",
-                          "haiku-4-5", "opus-4-5")
+#: thinking and no ``output_config.effort`` without a beta header: Claude Sonnet 3.7 and
+#: the 4.x models before 4.6 (``claude-sonnet-4-20250514`` is "sonnet-4-2…", the aliases
+#: end in "-4-0").
+BUDGET_THINKING_MODELS = ("claude-3-7", "sonnet-4-0", "sonnet-4-2", "opus-4-0", "opus-4-2",
+                          "opus-4-1", "sonnet-4-5", "haiku-4-5", "opus-4-5")
+#: Claude models without extended thinking: the Claude 3 family but Sonnet 3.7 (the models
+#: overview's "Extended thinking" row,
+#: https://docs.anthropic.com/en/docs/about-claude/models/overview); they refuse ``thinking``.
+NO_THINKING_MODELS = ("claude-3-haiku", "claude-3-opus", "claude-3-sonnet", "claude-3-5-")
 #: ``budget_tokens`` by effort for manual extended thinking (at least 1,024, below
 #: ``max_tokens``).
 THINKING_BUDGETS = {"low": 4_096, "medium": 10_240, "high": 20_480, "max": 32_768}
@@ -122,7 +147,8 @@ THINKING_BUDGETS = {"low": 4_096, "medium": 10_240, "high": 20_480, "max": 32_76
 def thinking_fields(model: str, effort: str, max_tokens: int) -> dict[str, Any]:
     """The thinking fields for ``effort`` (``none``: none).
 
-    Claude 4.6 and later: ``thinking: {"type": "adaptive"}`` and ``output_config.effort``
+    Claude 3 models but Sonnet 3.7 (:data:`NO_THINKING_MODELS`): none, they have no extended
+    thinking. Claude 4.6 and later: ``thinking: {"type": "adaptive"}`` and ``output_config.effort``
     (manual thinking is deprecated there and removed in later models,
     https://platform.claude.com/docs/en/build-with-claude/thinking). Older Claude
     models (:data:`BUDGET_THINKING_MODELS`): ``{"type": "enabled", "budget_tokens": N}``. Other
@@ -130,7 +156,7 @@ def thinking_fields(model: str, effort: str, max_tokens: int) -> dict[str, Any]:
     every Anthropic-format endpoint reads, and ``output_config.effort``, which DeepSeek's
     uses (https://api-docs.deepseek.com/guides/anthropic_api). The budget stays at least
     1,024 and below ``max_tokens``, as the API requires; with less room, no thinking."""
-    if effort == "none":
+    if effort == "none" or any(family in model for family in NO_THINKING_MODELS):
         return {}
     effort = effort if effort in _EFFORTS else "high"
     claude = "claude" in model
@@ -195,7 +221,10 @@ class AnthropicTranslator:
             body["system"] = wire.system
         body["messages"] = wire.messages
         budget = output_budget(request, DEFAULTS)
-        body["max_tokens"] = budget if budget is not None else output_ladder(request.effort)
+        body["max_tokens"] = budget if budget is not None else output_ladder(request.effort,
+                                                                             model)
+        if request.max_output_tokens <= 0:  # the declared ladder; this model may take less
+            body["max_tokens"] = min(body["max_tokens"], max_output(model))
         body.update(thinking_fields(model, request.effort, body["max_tokens"]))
         body["stream"] = request.stream
         at = checkpoint_index(request.messages)
