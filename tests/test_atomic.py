@@ -1,4 +1,5 @@
-"""SPEC §1.11: sidecar writes are temp file → fsync → rename → directory fsync."""
+"""Durable writes (design §1.3): the sidecar and every other replaced file go temp file →
+fsync → rename → directory fsync."""
 
 from __future__ import annotations
 

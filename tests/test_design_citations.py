@@ -1,6 +1,6 @@
-"""The design lives in the repository (issue 26): the code cites ``docs/design.md`` by its
-numbered sections, every ``design §N.M`` names a heading that exists, and no citation of the
-documents that stayed outside the repository (``SPEC §``, ``origin §``) comes back."""
+"""The design lives in the repository (issue 26): the code and its tests cite ``docs/design.md``
+by its numbered sections, every ``design §N.M`` names a heading that exists, and no citation of
+the documents that stayed outside the repository (``SPEC §``, ``origin §``) comes back."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
-#: Where citations live: the code, the docs, the benchmark scripts.
-CITING = (("src", "*.py"), ("docs", "*.md"), ("benchmarks", "*.py"))
+#: Where citations live: the code, the docs, the benchmark scripts, the tests.
+CITING = (("src", "*.py"), ("docs", "*.md"), ("benchmarks", "*.py"), ("tests", "*.py"))
+#: This file names the patterns it looks for (and a bogus citation) on purpose.
+CHECKER = Path(__file__).resolve()
 
 #: ``## 1. The transcript`` / ``### 1.2 Session ids`` → "1" / "1.2".
 HEADING = re.compile(r"^#{2,6} (\d+(?:\.\d+)*)\.? ", re.MULTILINE)
@@ -38,7 +40,8 @@ def citations(text: str) -> Iterator[tuple[int, str]]:
 
 def citing_files() -> Iterator[Path]:
     for folder, pattern in CITING:
-        yield from sorted((ROOT / folder).rglob(pattern))
+        yield from (path for path in sorted((ROOT / folder).rglob(pattern))
+                    if path.resolve() != CHECKER)
 
 
 def unresolved(sections: set[str], files: Iterator[Path]) -> list[tuple[str, int, str]]:
@@ -73,6 +76,12 @@ def test_a_bogus_citation_is_caught(tmp_path: Path) -> None:
     bogus = tmp_path / "bogus.py"
     bogus.write_text('"""Folds (design §4.1–§4.99, §2.5)."""\n# see design §99\n')
     assert unresolved(sections, iter([bogus])) == [("bogus.py", 1, "4.99"), ("bogus.py", 2, "99")]
+
+
+def test_the_tests_are_scanned_too() -> None:
+    scanned = set(citing_files())
+    assert ROOT / "tests" / "kernel" / "test_fold.py" in scanned
+    assert CHECKER not in scanned
 
 
 def test_no_citation_of_documents_outside_the_repository() -> None:

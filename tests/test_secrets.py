@@ -1,4 +1,4 @@
-"""Secret masking for `ctxfold config show` (SPEC invariant 12)."""
+"""Secret masking for `ctxfold config show` (design §1.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session id validation (SPEC §4.1)."""
+"""Session id validation (design §1.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The offline seed → resume → continue smoke (origin §5) through ``ctxfold smoke``."""
+"""The offline seed → resume → continue smoke (design §9) through ``ctxfold smoke``."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_seed_resume_continue(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     meta = json.loads((d / "meta.json").read_text())
     assert meta["projection_version"] == 1 and meta["spent_usd"] == pytest.approx(spent, abs=1e-4)
     assert meta["messages"] == 164 + 1 + 80 + 2
-    # Maintenance never rewrote the canonical prefix (SPEC invariant 1).
+    # Maintenance never rewrote the canonical prefix (design §1.1).
     assert (d / "sessions" / f"{SESSION}.jsonl").read_bytes().startswith(transcript)
 
     # A resume after the checkpoint sees the new state and changes nothing.

@@ -1,4 +1,4 @@
-"""``use_capability`` and ``session:tool_result`` paging (SPEC §3.7; origin §3.12)."""
+"""``use_capability`` and ``session:tool_result`` paging (design §3.2)."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def test_the_only_bounded_result_of_a_call_needs_no_ref_but_a_wrong_ref_fails() 
     msg = big("c1", text)
     ref = result_ref("c1", text)
     assert f"result_ref={ref}" in msg.content
-    # result_ref is required when ambiguous (SPEC §3.7); one result for the id is not.
+    # result_ref is required when ambiguous (design §3.2); one result for the id is not.
     header = json.loads(read_tool_result([msg], tool_call_id="c1").split("\n", 1)[0])
     assert header["result_ref"] == ref and header["total_bytes"] == 40000
     with pytest.raises(ToolResultError, match=f"result_ref='tr-000'.*result_ref={ref}"):

@@ -1,4 +1,4 @@
-"""``ctxfold sessions list|show|fork|rewind|delete`` (explicit user operations, SPEC §1.1)."""
+"""``ctxfold sessions list|show|fork|rewind|delete`` (explicit user operations, design §1.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``ctxfold tool-result SESSION CALL_ID`` prints exactly one page (SPEC §3.7)."""
+"""``ctxfold tool-result SESSION CALL_ID`` prints exactly one page (design §3.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Context-overflow bodies per profile (providers.md §0.4)."""
+"""Context-overflow bodies per profile, worded as each provider words them, so the parser of
+design §7.2 reads them (docs/providers.md, "Testing against the emulator")."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def test_llm_summarizer_through_deepseek_provider(chars) -> None:
         assert result.finish_reason == "stop"
         assert len(emu.requests) == 1
         sent = emu.requests[0].body
-        assert sent["thinking"] == {"type": "disabled"}  # reasoning forced off (SPEC §3.4)
+        assert sent["thinking"] == {"type": "disabled"}  # reasoning forced off (design §4.4)
         assert sent["messages"][-1]["content"].startswith("[ctxfold:summary-request]")
 
 

@@ -1,4 +1,7 @@
-"""The maintenance engine: trigger, prune first, folds, receipts, CAS, resume (SPEC §1–§3)."""
+"""The maintenance engine: trigger, prune first, folds, receipts, CAS, resume.
+
+The rules: design §2.4, §2.5, §3.3, §4, §5.1, §5.2, §6.3.
+"""
 
 from __future__ import annotations
 

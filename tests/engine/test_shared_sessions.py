@@ -1,4 +1,4 @@
-"""Several processes on one session (SPEC §4.2): every prepare works from the stored state.
+"""Several processes on one session (design §1.4): every prepare works from the stored state.
 
 Two ``ContextManager`` objects on one store path stand for two processes (each keeps its own
 copy in memory, exactly as separate processes do); the last test runs real processes.

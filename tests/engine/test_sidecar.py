@@ -1,5 +1,5 @@
 """Kernel sidecar loading: discard-and-rebuild, projection validation, promoted rule,
-system refresh rule, saving (SPEC §1.11, §3.5, §4.2)."""
+system refresh rule, saving (design §5.4–§5.7, §2.1)."""
 
 from __future__ import annotations
 

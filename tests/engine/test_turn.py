@@ -1,4 +1,4 @@
-"""SPEC §3.6 overflow recovery with a scripted provider: clip-and-retry, overflow prepare."""
+"""Overflow recovery (design §7.3) with a scripted provider: clip-and-retry, overflow prepare."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compare-and-swap installs (SPEC invariant 8) and receipts, on ``Committer`` alone."""
+"""Compare-and-swap installs (design §5.1) and receipts (design §5.2), on ``Committer`` alone."""
 
 from __future__ import annotations
 

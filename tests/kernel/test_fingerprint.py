@@ -1,5 +1,5 @@
-"""SPEC §3.5: every provider-visible field changes the covered-prefix hash; raw_content and
-local fields never do."""
+"""Fingerprints (design §5.3): every provider-visible field changes the covered-prefix hash;
+raw_content and local fields never do."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Fold planning rules (SPEC §3.3), tested on the pure functions of ``ctxfold.kernel.fold``.
+"""Fold planning rules (design §4.1–§4.3, §4.7), tested on the pure functions of
+``ctxfold.kernel.fold``.
 
 Every message counts its content length in tokens, so each expectation can be worked out by
 hand.

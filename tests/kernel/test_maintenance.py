@@ -1,4 +1,4 @@
-"""``prepare()``'s decisions (SPEC §3.2), on ``maintain`` over a frozen context.
+"""``prepare()``'s decisions (design §2.4, §2.5), on ``maintain`` over a frozen context.
 
 Each test builds a :class:`MaintenanceContext` by hand (a one-token-per-character estimator,
 an in-memory sidecar) and drives the generator, so a decision is tested without a store or a

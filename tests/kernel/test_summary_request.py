@@ -1,4 +1,5 @@
-"""Summary request shape, instruction, cap and the summary message (SPEC §3.4)."""
+"""Summary request shape, instruction, cap and the summary message (design §4.4, §4.5), and
+the summaries that count as failures (design §4.6)."""
 
 from __future__ import annotations
 

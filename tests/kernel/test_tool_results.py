@@ -1,4 +1,4 @@
-"""Bounded tool content at creation (SPEC §3.7, invariant 5; origin §2.2)."""
+"""Bounded tool content at creation (design §3.1)."""
 
 from __future__ import annotations
 

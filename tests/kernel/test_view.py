@@ -1,4 +1,4 @@
-"""The view rule (SPEC invariant 3) and its incremental estimate."""
+"""The view rule (design §2.1) and its incremental estimate (design §2.2)."""
 
 from __future__ import annotations
 

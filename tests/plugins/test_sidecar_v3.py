@@ -1,4 +1,4 @@
-"""The sidecar codec ``v3``: every historic form, golden fixtures (SPEC §4.2, origin §2.3)."""
+"""The sidecar codec ``v3``: every historic form, golden fixtures (design §5.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Context-overflow parsing (origin §3.10) against the verbatim bodies in providers.md §0.4."""
+"""Context-overflow parsing (design §7.2) against verbatim provider error bodies (see
+docs/providers.md, "Wire facts that surprised us")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Retry policy edges (SPEC §5): a ``Retry-After`` beyond the in-process cap fails at once and
-says so; a response dropped before any output is sent again, one that delivered output never."""
+"""Retry policy edges (design §7.1): a ``Retry-After`` beyond the in-process cap (60 s, see
+docs/api.md) fails at once and says so; a response dropped before any output is sent again,
+one that delivered output never."""
 
 from __future__ import annotations
 

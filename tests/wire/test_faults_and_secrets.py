@@ -1,5 +1,5 @@
 """Injected faults end to end (provider plugin → kernel HTTP → emulator over TCP → engine)
-and SPEC invariant 12: the API key never lands in a file or an error message."""
+and design §1.5: the API key never lands in a file or an error message."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TokenizerEstimator: overhead arithmetic, incremental cache, calibration (SPEC §3.1)."""
+"""TokenizerEstimator: overhead arithmetic, incremental cache, calibration (design §2.2, §2.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The deepseek estimator: exact DeepSeek V4 counts and template overheads (SPEC §3.1)."""
+"""The deepseek estimator: exact DeepSeek V4 counts and template overheads (design §2.2)."""
 
 from __future__ import annotations
 

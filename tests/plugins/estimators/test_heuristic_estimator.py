@@ -1,4 +1,4 @@
-"""The heuristic estimator: cold rates and CJK-aware calibration (SPEC §2, §3.1)."""
+"""The heuristic estimator: cold rates and CJK-aware calibration (design §2.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tiktoken estimator is strictly offline (SPEC §3.1)."""
+"""The tiktoken estimator is strictly offline (design §2.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The head-tail pressure pruner (SPEC §3.2 step 5, origin §3.4)."""
+"""The head-tail pressure pruner (design §3.3), the first step under pressure (design §2.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The filesystem store: transcripts, crash recovery, locking, sidecar files (SPEC §4.1)."""
+"""The filesystem store: transcripts, crash recovery, locking, sidecar files (design §1.2, §1.3),
+fork, rewind and delete (design §1.1)."""
 
 from __future__ import annotations
 

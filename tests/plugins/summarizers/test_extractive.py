@@ -1,4 +1,4 @@
-"""The extractive summarizer: deterministic, offline, invents nothing (SPEC §3.4)."""
+"""The extractive summarizer: deterministic, offline, invents nothing (design §4.4, §4.5)."""
 
 from __future__ import annotations
 
@@ -183,7 +183,8 @@ def _transcripts_dir() -> Path:
 
 
 def _load(path: Path) -> list[Message]:
-    """OpenAI-shaped records of a SWE-agent ``.traj`` or mini-swe-agent 2.x file (README §2, §5)."""
+    """OpenAI-shaped records of a SWE-agent ``.traj`` file (``history``) or a mini-swe-agent 2.x
+    file (``messages``)."""
     from ctxfold.interop.chat import message_from_openai
 
     data = json.loads(path.read_text(encoding="utf-8"))

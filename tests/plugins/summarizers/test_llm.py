@@ -1,4 +1,4 @@
-"""The llm summarizer: exactly one provider call, effort none, the output cap (SPEC §3.4)."""
+"""The llm summarizer: exactly one provider call, effort none, the output cap (design §4.4)."""
 
 from __future__ import annotations
 
