@@ -38,8 +38,11 @@ FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "le
                   "pause_turn": "stop", "model_context_window_exceeded": "length"}
 
 
-def stop_reason(finish_reason: str) -> str:
-    """Anthropic's ``stop_reason`` for ``finish_reason`` (of any format)."""
+def stop_reason(finish_reason: str, stop_sequence: str | None = None) -> str:
+    """Anthropic's ``stop_reason`` for ``finish_reason`` (of any format); ``stop_sequence``
+    when one ended the answer (:attr:`ctxfold.kernel.types.ChatResponse.stop_sequence`)."""
+    if finish_reason == "stop" and stop_sequence is not None:
+        return "stop_sequence"
     return STOP_REASONS.get(finish_reason, finish_reason or "end_turn")
 
 
@@ -76,6 +79,9 @@ class AnthropicRenderer:
         self._partial: dict[int, list[str]] = {}  # tool_use block -> its argument text
         self._calls: dict[Any, int] = {}  # call key -> block index
         self._open: int | None = None
+        #: The stop sequence that ended the answer (the exchange sets it from the last
+        #: round's response), told as ``stop_reason`` ``stop_sequence`` and its string.
+        self.stop_sequence: str | None = None
 
     def _shell(self) -> dict[str, Any]:
         return {"id": self.message_id, "type": "message", "role": "assistant",
@@ -168,15 +174,17 @@ class AnthropicRenderer:
         whole answer's usage), ``message_stop``."""
         return [*self._close(),
                 sse({"type": "message_delta",
-                     "delta": {"stop_reason": stop_reason(finish_reason),
-                               "stop_sequence": None},
+                     "delta": {"stop_reason": stop_reason(finish_reason,
+                                                          self.stop_sequence),
+                               "stop_sequence": self.stop_sequence or None},
                      "usage": anthropic_usage(usage)}, event="message_delta"),
                 sse({"type": "message_stop"}, event="message_stop")]
 
     def body(self, finish_reason: str, usage: Usage) -> dict[str, Any]:
         """The whole ``message`` object (a non-streaming answer)."""
         return {**self._shell(), "content": self._content(),
-                "stop_reason": stop_reason(finish_reason), "usage": anthropic_usage(usage)}
+                "stop_reason": stop_reason(finish_reason, self.stop_sequence),
+                "stop_sequence": self.stop_sequence or None, "usage": anthropic_usage(usage)}
 
     def error(self, payload: Mapping[str, Any]) -> list[str]:
         """A failure after the stream started: an ``error`` event (the Anthropic SDK raises
