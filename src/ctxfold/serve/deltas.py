@@ -21,9 +21,22 @@ from ctxfold.kernel.types import Message, SseEvent
 
 @attrs.frozen
 class Text:
-    """Answer text."""
+    """Answer text; ``key`` is the Anthropic text block it belongs to (its ``index``), so an
+    answer of several text blocks (web search, citations) reaches an Anthropic client in as
+    many blocks. ``None`` in the other formats, whose text is one stream."""
 
     text: str
+    key: Any = None
+
+
+@attrs.frozen
+class Citation:
+    """A citation of Anthropic text block ``key`` (a ``citations_delta``,
+    https://docs.anthropic.com/en/docs/build-with-claude/citations); the other client formats
+    have no place for it."""
+
+    key: Any
+    citation: Mapping[str, Any]
 
 
 @attrs.frozen
@@ -78,7 +91,7 @@ class Block:
     block: Mapping[str, Any]
 
 
-Delta = Text | Reasoning | Signature | CallStart | CallArgs | Item | Block
+Delta = Text | Citation | Reasoning | Signature | CallStart | CallArgs | Item | Block
 
 
 def message_deltas(message: Message) -> list[Delta]:
@@ -107,7 +120,9 @@ def _block_deltas(message: Message) -> list[Delta]:
     for key, block in enumerate(content):
         kind = block.get("type")
         if kind == "text":
-            out += [Text(str(block["text"]))] if block.get("text") else []
+            out += [Text(str(block["text"]), key)] if block.get("text") else []
+            out += [Citation(key, c) for c in block.get("citations") or ()
+                    if isinstance(c, Mapping)]
         elif kind == "thinking":
             out += [Reasoning(str(block.get("thinking") or ""))]
             out += [Signature(str(block["signature"]))] if block.get("signature") else []
@@ -271,7 +286,9 @@ class AnthropicDeltas:
             return []
         kind = block.get("type")
         if kind == "text":
-            return [Text(str(block["text"]))] if block.get("text") else []
+            text: list[Delta] = [Text(str(block["text"]), key)] if block.get("text") else []
+            return [*text, *(Citation(key, c) for c in block.get("citations") or ()
+                             if isinstance(c, Mapping))]
         if kind == "thinking":
             out: list[Delta] = []
             if block.get("thinking"):
@@ -294,7 +311,9 @@ class AnthropicDeltas:
             return []
         kind = delta.get("type")
         if kind == "text_delta" and delta.get("text"):
-            return [Text(str(delta["text"]))]
+            return [Text(str(delta["text"]), key)]
+        if kind == "citations_delta" and isinstance(delta.get("citation"), Mapping):
+            return [Citation(key, delta["citation"])]
         if kind == "thinking_delta" and delta.get("thinking"):
             return [Reasoning(str(delta["thinking"]))]
         if kind == "signature_delta" and delta.get("signature"):

@@ -20,6 +20,7 @@ from ctxfold.serve.deltas import (
     Block,
     CallArgs,
     CallStart,
+    Citation,
     Delta,
     Item,
     Reasoning,
@@ -79,6 +80,7 @@ class AnthropicRenderer:
         self._partial: dict[int, list[str]] = {}  # tool_use block -> its argument text
         self._calls: dict[Any, int] = {}  # call key -> block index
         self._open: int | None = None
+        self._text_key: Any = None  # the upstream text block the open text block shows
         #: The stop sequence that ended the answer (the exchange sets it from the last
         #: round's response), told as ``stop_reason`` ``stop_sequence`` and its string.
         self.stop_sequence: str | None = None
@@ -117,6 +119,15 @@ class AnthropicRenderer:
     def _kind(self) -> str | None:
         return self.blocks[self._open]["type"] if self._open is not None else None
 
+    def _text(self, key: Any) -> list[str]:
+        """The open text block for upstream text block ``key``: a new one when none is open
+        or the open one shows another upstream block (blocks are kept apart, as sent)."""
+        if self._kind() == "text" and self._text_key == key:
+            return []
+        out = self._add({"type": "text", "text": ""})
+        self._text_key = key
+        return out
+
     def feed(self, delta: Delta) -> list[str]:
         """The events of one client-visible delta."""
         out: list[str] = []
@@ -126,11 +137,17 @@ class AnthropicRenderer:
             out = self._add(dict(delta.block))
             return [*out, *self._close()]
         if isinstance(delta, Text):
-            if self._kind() != "text":
-                out = self._add({"type": "text", "text": ""})
+            out = self._text(delta.key)
             assert self._open is not None
             self.blocks[self._open]["text"] += delta.text
             return [*out, self._delta(self._open, {"type": "text_delta", "text": delta.text})]
+        if isinstance(delta, Citation):
+            out = self._text(delta.key)
+            assert self._open is not None
+            block = self.blocks[self._open]
+            block["citations"] = [*block.get("citations", ()), dict(delta.citation)]
+            return [*out, self._delta(self._open, {"type": "citations_delta",
+                                                   "citation": dict(delta.citation)})]
         if isinstance(delta, Reasoning):
             if self._kind() != "thinking" or self.blocks[self._open or 0]["signature"]:
                 out = self._add({"type": "thinking", "thinking": "", "signature": ""})

@@ -13,6 +13,7 @@ from typing import Any
 
 from ctxfold.kernel.types import Usage
 from ctxfold.serve.deltas import (
+    Citation,
     Block,
     CallArgs,
     CallStart,
@@ -98,7 +99,7 @@ class ResponsesRenderer:
     def feed(self, delta: Delta) -> list[str]:
         """The events of one client-visible delta."""
         out: list[str] = []
-        if isinstance(delta, Block | Signature):
+        if isinstance(delta, Block | Signature | Citation):
             return []  # Anthropic's own: no Responses form
         if isinstance(delta, Reasoning):
             if self._reasoning is None:
