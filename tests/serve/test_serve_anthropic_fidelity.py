@@ -60,7 +60,7 @@ class StandIn:
             def log_message(self, *_args: Any) -> None:
                 return
 
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 size = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(size))
                 stand_in.bodies.append(body)

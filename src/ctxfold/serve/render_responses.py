@@ -13,10 +13,10 @@ from typing import Any
 
 from ctxfold.kernel.types import Usage
 from ctxfold.serve.deltas import (
-    Citation,
     Block,
     CallArgs,
     CallStart,
+    Citation,
     Delta,
     Item,
     Reasoning,
