@@ -136,7 +136,7 @@ def _anthropic_reported(body: str, secret: str | None) -> tuple[int, dict[str, A
         data = json.loads(redact_text(body, secret)) if body else None
     except ValueError:
         return None
-    if not _is_anthropic(data):
+    if not isinstance(data, dict) or not _is_anthropic(data):
         return None
     kind = data["error"].get("type")
     status = next((s for s, k in ANTHROPIC_KINDS.items() if k == kind), None)
