@@ -305,3 +305,25 @@ def test_a_refusal_toward_a_chat_upstream_names_the_clients_message(
     assert answer.status_code == 400, answer.text
     said = answer.json()["error"]["message"]
     assert where in said and "messages[0]" not in said, said
+
+
+def test_an_anthropic_upstreams_calls_stream_as_they_arrive() -> None:
+    # Anthropic says when a tool_use block is complete (content_block_stop): the next call
+    # streams at once, not held until the round ends.
+    parser = AnthropicDeltas()
+    renderer = AnthropicRenderer(message_id="msg_1", model=MODEL)
+    said: list[list[str]] = []
+    for index, call_id in enumerate(("toolu_a", "toolu_b")):
+        for name, data in (
+                ("content_block_start", {"type": "content_block_start", "index": index,
+                                         "content_block": {"type": "tool_use", "id": call_id,
+                                                           "name": "bash", "input": {}}}),
+                ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                         "delta": {"type": "input_json_delta",
+                                                   "partial_json": '{"command": "ls"}'}}),
+                ("content_block_stop", {"type": "content_block_stop", "index": index})):
+            said.append([c for d in parser.feed(SseEvent(event=name, data=json.dumps(data)))
+                         for c in renderer.feed(d)])
+    kinds = [[json.loads(c.splitlines()[1][6:])["type"] for c in chunks] for chunks in said]
+    assert kinds == [["content_block_start"], ["content_block_delta"], ["content_block_stop"],
+                     ["content_block_start"], ["content_block_delta"], ["content_block_stop"]]

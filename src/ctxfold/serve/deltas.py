@@ -64,6 +64,15 @@ class CallArgs:
 
 
 @attrs.frozen
+class CallEnd:
+    """A tool call's arguments are complete (an Anthropic ``tool_use`` block's
+    ``content_block_stop``); the other formats do not say, so their calls end with the
+    round or with the next delta that is not a call's."""
+
+    key: Any
+
+
+@attrs.frozen
 class Item:
     """A whole Responses output item of a type the proxy does not model (``custom_tool_call``,
     ``web_search_call``, …), forwarded as the upstream sent it."""
@@ -91,7 +100,7 @@ class Block:
     block: Mapping[str, Any]
 
 
-Delta = Text | Citation | Reasoning | Signature | CallStart | CallArgs | Item | Block
+Delta = Text | Citation | Reasoning | Signature | CallStart | CallArgs | CallEnd | Item | Block
 
 
 def message_deltas(message: Message) -> list[Delta]:
@@ -256,6 +265,7 @@ class AnthropicDeltas:
     def __init__(self) -> None:
         self._others: dict[Any, dict[str, Any]] = {}
         self._inputs: dict[Any, list[str]] = {}
+        self._calls: set[Any] = set()
 
     def feed(self, event: SseEvent) -> list[Delta]:
         data = event.data.strip()
@@ -270,6 +280,9 @@ class AnthropicDeltas:
             return self._start(key, payload.get("content_block"))
         if kind == "content_block_delta":
             return self._delta(key, payload.get("delta"))
+        if kind == "content_block_stop" and key in self._calls:
+            self._calls.discard(key)
+            return [CallEnd(key)]
         if kind == "content_block_stop" and key in self._others:
             block = self._others.pop(key)
             parts = self._inputs.pop(key, [])
@@ -297,6 +310,7 @@ class AnthropicDeltas:
                 out.append(Signature(str(block["signature"])))
             return out
         if kind == "tool_use":
+            self._calls.add(key)
             start: list[Delta] = [CallStart(key, str(block.get("id") or ""),
                                             str(block.get("name") or ""))]
             given = block.get("input")

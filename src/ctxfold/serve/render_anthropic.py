@@ -19,6 +19,7 @@ from ctxfold.kernel.types import Usage
 from ctxfold.serve.deltas import (
     Block,
     CallArgs,
+    CallEnd,
     CallStart,
     Citation,
     Delta,
@@ -71,7 +72,13 @@ def _arguments(text: str) -> Any:
 
 class AnthropicRenderer:
     """Renders one client answer (see the module docstring); the exchange feeds it only
-    what the client may see, with tool-call keys numbered 0, 1, … across rounds."""
+    what the client may see, with tool-call keys numbered 0, 1, … across rounds.
+
+    Anthropic streams one block at a time: every ``input_json_delta`` of a ``tool_use``
+    block comes before its ``content_block_stop``. A chat upstream may interleave the
+    argument fragments of several calls, so a call that starts while another is open and
+    not known complete (:class:`~ctxfold.serve.deltas.CallEnd`) waits, its fragments held,
+    until the open one ends, the round ends, or a delta that is not a call's arrives."""
 
     def __init__(self, *, message_id: str, model: str) -> None:
         self.message_id = message_id
@@ -81,6 +88,9 @@ class AnthropicRenderer:
         self._calls: dict[Any, int] = {}  # call key -> block index
         self._open: int | None = None
         self._text_key: Any = None  # the upstream text block the open text block shows
+        self._waiting: dict[Any, tuple[dict[str, Any], list[str]]] = {}  # call -> block, args
+        self._ended: set[Any] = set()  # calls whose arguments are complete
+        self._open_call: Any = None  # the call key of the open tool_use block
         #: The stop sequence that ended the answer (the exchange sets it from the last
         #: round's response), told as ``stop_reason`` ``stop_sequence`` and its string.
         self.stop_sequence: str | None = None
@@ -133,6 +143,8 @@ class AnthropicRenderer:
         out: list[str] = []
         if isinstance(delta, Item):
             return []  # a Responses item: no Anthropic form
+        if not isinstance(delta, CallStart | CallArgs | CallEnd) and self._waiting:
+            return [*self._release(), *self.feed(delta)]
         if isinstance(delta, Block):
             out = self._add(dict(delta.block))
             return [*out, *self._close()]
@@ -164,19 +176,57 @@ class AnthropicRenderer:
                                                    "signature": delta.text})]
         if isinstance(delta, CallStart):
             block = {"type": "tool_use", "id": delta.call_id, "name": delta.name, "input": {}}
-            out = self._add(block)
-            assert self._open is not None
-            self._calls[delta.key] = self._open
-            self._partial[self._open] = []
+            if self._waiting or (self._kind() == "tool_use"
+                                 and self._open_call not in self._ended):
+                self._waiting[delta.key] = (block, [])
+                return []
+            return self._start_call(delta.key, block, [])
+        if isinstance(delta, CallEnd):
+            self._ended.add(delta.key)
+            if delta.key != self._open_call or self._kind() != "tool_use":
+                return []
+            out = self._close()
+            while self._waiting:
+                key = next(iter(self._waiting))
+                out += self._start_call(key, *self._waiting.pop(key))
+                if key not in self._ended:
+                    break
+                out += self._close()
             return out
         assert isinstance(delta, CallArgs)
+        if delta.key in self._waiting:
+            self._waiting[delta.key][1].append(delta.text)
+            return []
         index = self._calls[delta.key]
         self._partial[index].append(delta.text)
+        if index != self._open:  # cannot happen: a call's block closes once it is complete
+            return []
         return [self._delta(index, {"type": "input_json_delta", "partial_json": delta.text})]
+
+    def _start_call(self, key: Any, block: dict[str, Any], args: list[str]) -> list[str]:
+        """Open call ``key``'s ``tool_use`` block, with the argument fragments held so far."""
+        out = self._add(block)
+        assert self._open is not None
+        self._calls[key] = self._open
+        self._open_call = key
+        self._partial[self._open] = list(args)
+        if args:
+            out.append(self._delta(self._open, {"type": "input_json_delta",
+                                                "partial_json": "".join(args)}))
+        return out
+
+    def _release(self) -> list[str]:
+        """Every waiting call, in the order they started (a delta that is not a call's, or
+        the round's end, says the calls before it are complete)."""
+        out: list[str] = []
+        while self._waiting:
+            key = next(iter(self._waiting))
+            out += self._start_call(key, *self._waiting.pop(key))
+        return out
 
     def end_round(self) -> list[str]:
         """A round ended and another continues the same answer: its open block closes."""
-        return self._close()
+        return [*self._release(), *self._close()]
 
     def _content(self) -> list[dict[str, Any]]:
         content = []
@@ -189,7 +239,7 @@ class AnthropicRenderer:
     def finish(self, finish_reason: str, usage: Usage) -> list[str]:
         """The open block's ``content_block_stop``, ``message_delta`` (the stop reason, the
         whole answer's usage), ``message_stop``."""
-        return [*self._close(),
+        return [*self._release(), *self._close(),
                 sse({"type": "message_delta",
                      "delta": {"stop_reason": stop_reason(finish_reason,
                                                           self.stop_sequence),
@@ -199,6 +249,7 @@ class AnthropicRenderer:
 
     def body(self, finish_reason: str, usage: Usage) -> dict[str, Any]:
         """The whole ``message`` object (a non-streaming answer)."""
+        self._release()
         return {**self._shell(), "content": self._content(),
                 "stop_reason": stop_reason(finish_reason, self.stop_sequence),
                 "stop_sequence": self.stop_sequence or None, "usage": anthropic_usage(usage)}
