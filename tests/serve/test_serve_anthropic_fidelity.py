@@ -327,3 +327,19 @@ def test_an_anthropic_upstreams_calls_stream_as_they_arrive() -> None:
     kinds = [[json.loads(c.splitlines()[1][6:])["type"] for c in chunks] for chunks in said]
     assert kinds == [["content_block_start"], ["content_block_delta"], ["content_block_stop"],
                      ["content_block_start"], ["content_block_delta"], ["content_block_stop"]]
+
+
+# -- the refusal of a message the session cannot take names the session once -------------
+
+def test_a_refused_append_names_the_session_once(serve) -> None:
+    served = serve("anthropic", script=[ReplySpec(text="ok")])
+    answer = served.post("/messages", {
+        "model": MODEL, "max_tokens": 10,
+        "messages": [{"role": "user", "content": "x"},
+                     {"role": "user", "content": [{"type": "tool_result",
+                                                   "tool_use_id": "toolu_none",
+                                                   "content": "r"}]}]},
+        **{"x-api-key": "k"})
+    assert answer.status_code == 400
+    said = answer.json()["error"]["message"]
+    assert said.count(f"session {answer.headers['x-ctxfold-session']!r}") == 1, said
