@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 from tests.serve.conftest import Served
 from tests.serve.test_serve_anthropic import client_of
@@ -343,3 +344,26 @@ def test_a_refused_append_names_the_session_once(serve) -> None:
     assert answer.status_code == 400
     said = answer.json()["error"]["message"]
     assert said.count(f"session {answer.headers['x-ctxfold-session']!r}") == 1, said
+
+
+# -- a path or method the proxy does not serve, in the client's shape ----------------------
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/v1/messages", 405), ("POST", "/v1/messages/batches", 404)])
+def test_an_unserved_messages_path_is_refused_in_anthropics_shape(
+        serve, method: str, path: str, status: int) -> None:
+    served = serve("anthropic", script=[])
+    answer = httpx.request(method, served.server.base_url + path, json={},
+                           headers={"x-api-key": "k"}, timeout=30)
+    assert answer.status_code == status
+    assert answer.json()["type"] == "error"
+    assert answer.json()["error"]["type"] == ("not_found_error" if status == 404
+                                              else "invalid_request_error")
+
+
+def test_an_unserved_openai_path_is_refused_in_openais_shape(serve) -> None:
+    served = serve("deepseek", script=[])
+    answer = httpx.get(served.server.base_url + "/v1/embeddings", timeout=30)
+    assert answer.status_code == 404
+    assert answer.json()["error"]["type"] == "invalid_request_error"  # as OpenAI's API says
+    assert "/v1/embeddings" in answer.json()["error"]["message"]
