@@ -24,7 +24,13 @@ from tests.serve.test_serve_render_anthropic import read_with_the_sdk
 from ctxfold.emulator import Fault, ReplySpec
 from ctxfold.interop.anthropic import from_anthropic
 from ctxfold.kernel.types import SseEvent, Usage
-from ctxfold.serve.deltas import AnthropicDeltas, CallArgs, CallStart, message_deltas
+from ctxfold.serve.deltas import (
+    AnthropicDeltas,
+    CallArgs,
+    CallStart,
+    ResponsesDeltas,
+    message_deltas,
+)
 from ctxfold.serve.render_anthropic import AnthropicRenderer
 
 MODEL = "claude-sonnet-4-6"
@@ -367,3 +373,26 @@ def test_an_unserved_openai_path_is_refused_in_openais_shape(serve) -> None:
     assert answer.status_code == 404
     assert answer.json()["error"]["type"] == "invalid_request_error"  # as OpenAI's API says
     assert "/v1/embeddings" in answer.json()["error"]["message"]
+
+
+def test_a_responses_upstreams_calls_stream_as_they_arrive() -> None:
+    # A Responses upstream says when a call is complete (output_item.done): the next call
+    # streams at once to an Anthropic client, not held until the round ends.
+    parser = ResponsesDeltas()
+    renderer = AnthropicRenderer(message_id="msg_1", model=MODEL)
+    said: list[list[str]] = []
+    for index, call_id in enumerate(("call_a", "call_b")):
+        item = {"type": "function_call", "id": f"fc_{index}", "call_id": call_id,
+                "name": "bash", "arguments": ""}
+        for data in ({"type": "response.output_item.added", "output_index": index,
+                      "item": item},
+                     {"type": "response.function_call_arguments.delta", "output_index": index,
+                      "item_id": item["id"], "delta": '{"command": "ls"}'},
+                     {"type": "response.output_item.done", "output_index": index,
+                      "item": {**item, "arguments": '{"command": "ls"}'}}):
+            said.append([c for d in parser.feed(SseEvent(event=data["type"],
+                                                         data=json.dumps(data)))
+                         for c in renderer.feed(d)])
+    kinds = [[json.loads(c.splitlines()[1][6:])["type"] for c in chunks] for chunks in said]
+    assert kinds == [["content_block_start"], ["content_block_delta"], ["content_block_stop"],
+                     ["content_block_start"], ["content_block_delta"], ["content_block_stop"]]

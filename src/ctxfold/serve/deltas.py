@@ -66,8 +66,9 @@ class CallArgs:
 @attrs.frozen
 class CallEnd:
     """A tool call's arguments are complete (an Anthropic ``tool_use`` block's
-    ``content_block_stop``); the other formats do not say, so their calls end with the
-    round or with the next delta that is not a call's."""
+    ``content_block_stop``, a Responses ``function_call``'s ``response.output_item.done``);
+    a chat stream does not say, so its calls end with the round or with the next delta that
+    is not a call's."""
 
     key: Any
 
@@ -234,12 +235,17 @@ class ResponsesDeltas:
         return [CallStart(key, str(item.get("call_id") or ""), str(item.get("name") or ""))]
 
     def _done(self, key: Any, item: Any) -> list[Delta]:
-        if not isinstance(item, Mapping) or key in self._streamed:
+        if not isinstance(item, Mapping):
             return []
         kind = item.get("type")
+        if kind == "function_call" and key in self._streamed:
+            return [CallEnd(key)] if key in self._calls else []
+        if key in self._streamed:
+            return []
         if kind == "function_call":
             args = str(item.get("arguments") or "")
-            return [*self._start(key, item), *([CallArgs(key, args)] if args else [])]
+            return [*self._start(key, item), *([CallArgs(key, args)] if args else []),
+                    CallEnd(key)]
         if kind == "message":
             text = "".join(str(p.get("text") or "") for p in item.get("content") or ()
                            if isinstance(p, Mapping) and p.get("type") == "output_text")
