@@ -280,6 +280,11 @@ class ChatResponse:
     finish_reason: str = "stop"
     usage: Usage = attrs.field(factory=Usage)
     request_id: str = ""
+    #: The stop sequence that ended the answer (``finish_reason`` is then ``"stop"``), as
+    #: Anthropic reports it (``stop_sequence``, https://docs.anthropic.com/en/api/messages);
+    #: ``""`` when the provider said a stop sequence ended it but not which, ``None`` when
+    #: none did or the provider does not tell.
+    stop_sequence: str | None = None
 
 
 @attrs.frozen

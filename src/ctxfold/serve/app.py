@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -169,6 +170,23 @@ async def _answer(proxy: Proxy, wire: Wire, request: Request) -> Response:
             await locks.aclose()
 
 
+async def _unserved(request: Request, exc: Exception) -> Response:
+    """A path or method the proxy does not serve, refused in the shape of the client the
+    path belongs to: Anthropic's error body under ``/v1/messages``
+    (https://docs.anthropic.com/en/api/errors), OpenAI's envelope elsewhere (its API answers
+    an unknown URL with ``invalid_request_error``) — not Starlette's plain text, which an
+    SDK cannot read."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    wire = "messages" if request.url.path.removeprefix("/v1").startswith("/messages") \
+        else "chat"
+    said = "method not allowed" if status == 405 else "no such route"
+    payload = error_envelope(f"{said}: {request.method} {request.url.path} (ctxfold serve "
+                             "answers POST /v1/chat/completions, /v1/responses, /v1/messages "
+                             "and /v1/messages/count_tokens)")
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else None
+    return _refused(payload, status, wire, headers)
+
+
 def create_app(proxy: Proxy, guard: GuardSettings | None = None) -> Starlette:
     """The ASGI application of ``proxy``, behind its :class:`~ctxfold.serve.guard.Guard`."""
 
@@ -221,4 +239,5 @@ def create_app(proxy: Proxy, guard: GuardSettings | None = None) -> Starlette:
     routes += [Route("/v1/models", models, methods=["GET"]),
                Route("/healthz", healthz, methods=["GET"])]
     checks = Middleware(Guard, settings=guard or GuardSettings(), bound=proxy.settings.host)
-    return Starlette(routes=routes, lifespan=lifespan, middleware=[checks])
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[checks],
+                     exception_handlers={HTTPException: _unserved})

@@ -58,6 +58,11 @@ class ClientRequest:
     #: Request headers an upstream of the client's own format must see (Anthropic's
     #: ``anthropic-version`` and ``anthropic-beta``).
     headers: Mapping[str, str] = attrs.field(factory=dict)
+    #: Per message of ``history``, the index in the client's history field of the message
+    #: it was read from (an Anthropic message with tool results reads into several; ``-1``
+    #: for Anthropic's ``system`` field), so a refusal names the client's own message; empty
+    #: when the history was not read message by message.
+    origins: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -212,7 +217,18 @@ def parse_request(wire: Wire, body: Any,
                          stream=stream, include_usage=include_usage, fields=fields,
                          instructions=_leads_with_system(wire, body),
                          other_tools=others, digests=read.digests if read else (),
-                         chain=read.chain if read else ())
+                         chain=read.chain if read else (),
+                         origins=_origins(read.ends, wire) if read else ())
+
+
+def _origins(ends: tuple[int, ...], wire: Wire) -> tuple[int, ...]:
+    """:attr:`ClientRequest.origins` of a read whose entry ``i`` read into the messages up
+    to ``ends[i]`` (on Anthropic's wire entry 0 is the ``system`` field)."""
+    first = -1 if wire == "messages" else 0
+    out: list[int] = []
+    for i, end in enumerate(ends):
+        out += [first + i] * (end - len(out))
+    return tuple(out)
 
 
 def _tools(raw: list[Any]) -> tuple[tuple[ToolSchema, ...], tuple[Mapping[str, Any], ...]]:

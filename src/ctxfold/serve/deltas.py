@@ -21,9 +21,22 @@ from ctxfold.kernel.types import Message, SseEvent
 
 @attrs.frozen
 class Text:
-    """Answer text."""
+    """Answer text; ``key`` is the Anthropic text block it belongs to (its ``index``), so an
+    answer of several text blocks (web search, citations) reaches an Anthropic client in as
+    many blocks. ``None`` in the other formats, whose text is one stream."""
 
     text: str
+    key: Any = None
+
+
+@attrs.frozen
+class Citation:
+    """A citation of Anthropic text block ``key`` (a ``citations_delta``,
+    https://docs.anthropic.com/en/docs/build-with-claude/citations); the other client formats
+    have no place for it."""
+
+    key: Any
+    citation: Mapping[str, Any]
 
 
 @attrs.frozen
@@ -48,6 +61,16 @@ class CallArgs:
 
     key: Any
     text: str
+
+
+@attrs.frozen
+class CallEnd:
+    """A tool call's arguments are complete (an Anthropic ``tool_use`` block's
+    ``content_block_stop``, a Responses ``function_call``'s ``response.output_item.done``);
+    a chat stream does not say, so its calls end with the round or with the next delta that
+    is not a call's."""
+
+    key: Any
 
 
 @attrs.frozen
@@ -78,7 +101,7 @@ class Block:
     block: Mapping[str, Any]
 
 
-Delta = Text | Reasoning | Signature | CallStart | CallArgs | Item | Block
+Delta = Text | Citation | Reasoning | Signature | CallStart | CallArgs | CallEnd | Item | Block
 
 
 def message_deltas(message: Message) -> list[Delta]:
@@ -107,7 +130,9 @@ def _block_deltas(message: Message) -> list[Delta]:
     for key, block in enumerate(content):
         kind = block.get("type")
         if kind == "text":
-            out += [Text(str(block["text"]))] if block.get("text") else []
+            out += [Text(str(block["text"]), key)] if block.get("text") else []
+            out += [Citation(key, c) for c in block.get("citations") or ()
+                    if isinstance(c, Mapping)]
         elif kind == "thinking":
             out += [Reasoning(str(block.get("thinking") or ""))]
             out += [Signature(str(block["signature"]))] if block.get("signature") else []
@@ -210,12 +235,17 @@ class ResponsesDeltas:
         return [CallStart(key, str(item.get("call_id") or ""), str(item.get("name") or ""))]
 
     def _done(self, key: Any, item: Any) -> list[Delta]:
-        if not isinstance(item, Mapping) or key in self._streamed:
+        if not isinstance(item, Mapping):
             return []
         kind = item.get("type")
+        if kind == "function_call" and key in self._streamed:
+            return [CallEnd(key)] if key in self._calls else []
+        if key in self._streamed:
+            return []
         if kind == "function_call":
             args = str(item.get("arguments") or "")
-            return [*self._start(key, item), *([CallArgs(key, args)] if args else [])]
+            return [*self._start(key, item), *([CallArgs(key, args)] if args else []),
+                    CallEnd(key)]
         if kind == "message":
             text = "".join(str(p.get("text") or "") for p in item.get("content") or ()
                            if isinstance(p, Mapping) and p.get("type") == "output_text")
@@ -241,6 +271,7 @@ class AnthropicDeltas:
     def __init__(self) -> None:
         self._others: dict[Any, dict[str, Any]] = {}
         self._inputs: dict[Any, list[str]] = {}
+        self._calls: set[Any] = set()
 
     def feed(self, event: SseEvent) -> list[Delta]:
         data = event.data.strip()
@@ -255,6 +286,9 @@ class AnthropicDeltas:
             return self._start(key, payload.get("content_block"))
         if kind == "content_block_delta":
             return self._delta(key, payload.get("delta"))
+        if kind == "content_block_stop" and key in self._calls:
+            self._calls.discard(key)
+            return [CallEnd(key)]
         if kind == "content_block_stop" and key in self._others:
             block = self._others.pop(key)
             parts = self._inputs.pop(key, [])
@@ -271,7 +305,9 @@ class AnthropicDeltas:
             return []
         kind = block.get("type")
         if kind == "text":
-            return [Text(str(block["text"]))] if block.get("text") else []
+            text: list[Delta] = [Text(str(block["text"]), key)] if block.get("text") else []
+            return [*text, *(Citation(key, c) for c in block.get("citations") or ()
+                             if isinstance(c, Mapping))]
         if kind == "thinking":
             out: list[Delta] = []
             if block.get("thinking"):
@@ -280,6 +316,7 @@ class AnthropicDeltas:
                 out.append(Signature(str(block["signature"])))
             return out
         if kind == "tool_use":
+            self._calls.add(key)
             start: list[Delta] = [CallStart(key, str(block.get("id") or ""),
                                             str(block.get("name") or ""))]
             given = block.get("input")
@@ -294,7 +331,9 @@ class AnthropicDeltas:
             return []
         kind = delta.get("type")
         if kind == "text_delta" and delta.get("text"):
-            return [Text(str(delta["text"]))]
+            return [Text(str(delta["text"]), key)]
+        if kind == "citations_delta" and isinstance(delta.get("citation"), Mapping):
+            return [Citation(key, delta["citation"])]
         if kind == "thinking_delta" and delta.get("thinking"):
             return [Reasoning(str(delta["thinking"]))]
         if kind == "signature_delta" and delta.get("signature"):

@@ -120,9 +120,27 @@ def error_answer(exc: BaseException, secret: str | None = None) -> tuple[int, di
             data = None
         if isinstance(data, dict) and (data.get("error") or data.get("message")):
             return status, data
+    elif (reported := _anthropic_reported(exc.body, secret)) is not None:
+        return reported
     said = redact_text(_provider_said(exc.body), secret)
     message = f"{told}: {said}" if said else told
     return status, error_envelope(message, kind=kind, code=code)
+
+
+def _anthropic_reported(body: str, secret: str | None) -> tuple[int, dict[str, Any]] | None:
+    """An Anthropic ``error`` event reported inside a 200 stream
+    (https://docs.anthropic.com/en/docs/build-with-claude/streaming#error-events), as the
+    status its type stands for and the body as it came: its ``overloaded_error`` stays one
+    (clients decide on it whether to retry), not the proxy's own 502."""
+    try:
+        data = json.loads(redact_text(body, secret)) if body else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not _is_anthropic(data):
+        return None
+    kind = data["error"].get("type")
+    status = next((s for s, k in ANTHROPIC_KINDS.items() if k == kind), None)
+    return (status, data) if status is not None and status >= 500 else None
 
 
 def error_headers(exc: BaseException) -> dict[str, str]:

@@ -29,7 +29,14 @@ from ctxfold.kernel.errors import ContextLimitError, CtxfoldError
 from ctxfold.kernel.types import ChatResponse, Message, Trigger, Usage
 from ctxfold.secrets import redact_text
 from ctxfold.serve.client_request import ClientRequest
-from ctxfold.serve.deltas import CallArgs, CallStart, Delta, message_deltas, parser_for
+from ctxfold.serve.deltas import (
+    CallArgs,
+    CallEnd,
+    CallStart,
+    Delta,
+    message_deltas,
+    parser_for,
+)
 from ctxfold.serve.errors import error_answer, in_wire
 from ctxfold.serve.render_anthropic import FINISH_REASONS, AnthropicRenderer
 from ctxfold.serve.render_chat import ChatRenderer
@@ -162,7 +169,7 @@ class Exchange:
             self._calls[delta.key] = self._shown_calls
             self._shown_calls += 1
             return self._show(attrs.evolve(delta, key=self._calls[delta.key]))
-        if isinstance(delta, CallArgs):
+        if isinstance(delta, CallArgs | CallEnd):
             if delta.key in self._hidden or delta.key not in self._calls:
                 return []
             return self._show(attrs.evolve(delta, key=self._calls[delta.key]))
@@ -192,6 +199,8 @@ class Exchange:
         finish = response.finish_reason if self.request.wire == "messages" else \
             FINISH_REASONS.get(response.finish_reason, response.finish_reason)
         self.finish_reason = "stop" if finish in ("tool_calls", "tool_use") else finish
+        if isinstance(self.renderer, AnthropicRenderer):
+            self.renderer.stop_sequence = response.stop_sequence
         return bool(mine) and self.rounds < self.max_rounds
 
     # -- the two faces --------------------------------------------------------------------

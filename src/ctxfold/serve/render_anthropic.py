@@ -19,7 +19,9 @@ from ctxfold.kernel.types import Usage
 from ctxfold.serve.deltas import (
     Block,
     CallArgs,
+    CallEnd,
     CallStart,
+    Citation,
     Delta,
     Item,
     Reasoning,
@@ -38,8 +40,11 @@ FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "le
                   "pause_turn": "stop", "model_context_window_exceeded": "length"}
 
 
-def stop_reason(finish_reason: str) -> str:
-    """Anthropic's ``stop_reason`` for ``finish_reason`` (of any format)."""
+def stop_reason(finish_reason: str, stop_sequence: str | None = None) -> str:
+    """Anthropic's ``stop_reason`` for ``finish_reason`` (of any format); ``stop_sequence``
+    when one ended the answer (:attr:`ctxfold.kernel.types.ChatResponse.stop_sequence`)."""
+    if finish_reason == "stop" and stop_sequence is not None:
+        return "stop_sequence"
     return STOP_REASONS.get(finish_reason, finish_reason or "end_turn")
 
 
@@ -67,7 +72,13 @@ def _arguments(text: str) -> Any:
 
 class AnthropicRenderer:
     """Renders one client answer (see the module docstring); the exchange feeds it only
-    what the client may see, with tool-call keys numbered 0, 1, … across rounds."""
+    what the client may see, with tool-call keys numbered 0, 1, … across rounds.
+
+    Anthropic streams one block at a time: every ``input_json_delta`` of a ``tool_use``
+    block comes before its ``content_block_stop``. A chat upstream may interleave the
+    argument fragments of several calls, so a call that starts while another is open and
+    not known complete (:class:`~ctxfold.serve.deltas.CallEnd`) waits, its fragments held,
+    until the open one ends, the round ends, or a delta that is not a call's arrives."""
 
     def __init__(self, *, message_id: str, model: str) -> None:
         self.message_id = message_id
@@ -76,6 +87,13 @@ class AnthropicRenderer:
         self._partial: dict[int, list[str]] = {}  # tool_use block -> its argument text
         self._calls: dict[Any, int] = {}  # call key -> block index
         self._open: int | None = None
+        self._text_key: Any = None  # the upstream text block the open text block shows
+        self._waiting: dict[Any, tuple[dict[str, Any], list[str]]] = {}  # call -> block, args
+        self._ended: set[Any] = set()  # calls whose arguments are complete
+        self._open_call: Any = None  # the call key of the open tool_use block
+        #: The stop sequence that ended the answer (the exchange sets it from the last
+        #: round's response), told as ``stop_reason`` ``stop_sequence`` and its string.
+        self.stop_sequence: str | None = None
 
     def _shell(self) -> dict[str, Any]:
         return {"id": self.message_id, "type": "message", "role": "assistant",
@@ -111,20 +129,37 @@ class AnthropicRenderer:
     def _kind(self) -> str | None:
         return self.blocks[self._open]["type"] if self._open is not None else None
 
+    def _text(self, key: Any) -> list[str]:
+        """The open text block for upstream text block ``key``: a new one when none is open
+        or the open one shows another upstream block (blocks are kept apart, as sent)."""
+        if self._kind() == "text" and self._text_key == key:
+            return []
+        out = self._add({"type": "text", "text": ""})
+        self._text_key = key
+        return out
+
     def feed(self, delta: Delta) -> list[str]:
         """The events of one client-visible delta."""
         out: list[str] = []
         if isinstance(delta, Item):
             return []  # a Responses item: no Anthropic form
+        if not isinstance(delta, CallStart | CallArgs | CallEnd) and self._waiting:
+            return [*self._release(), *self.feed(delta)]
         if isinstance(delta, Block):
             out = self._add(dict(delta.block))
             return [*out, *self._close()]
         if isinstance(delta, Text):
-            if self._kind() != "text":
-                out = self._add({"type": "text", "text": ""})
+            out = self._text(delta.key)
             assert self._open is not None
             self.blocks[self._open]["text"] += delta.text
             return [*out, self._delta(self._open, {"type": "text_delta", "text": delta.text})]
+        if isinstance(delta, Citation):
+            out = self._text(delta.key)
+            assert self._open is not None
+            block = self.blocks[self._open]
+            block["citations"] = [*block.get("citations", ()), dict(delta.citation)]
+            return [*out, self._delta(self._open, {"type": "citations_delta",
+                                                   "citation": dict(delta.citation)})]
         if isinstance(delta, Reasoning):
             if self._kind() != "thinking" or self.blocks[self._open or 0]["signature"]:
                 out = self._add({"type": "thinking", "thinking": "", "signature": ""})
@@ -141,19 +176,57 @@ class AnthropicRenderer:
                                                    "signature": delta.text})]
         if isinstance(delta, CallStart):
             block = {"type": "tool_use", "id": delta.call_id, "name": delta.name, "input": {}}
-            out = self._add(block)
-            assert self._open is not None
-            self._calls[delta.key] = self._open
-            self._partial[self._open] = []
+            if self._waiting or (self._kind() == "tool_use"
+                                 and self._open_call not in self._ended):
+                self._waiting[delta.key] = (block, [])
+                return []
+            return self._start_call(delta.key, block, [])
+        if isinstance(delta, CallEnd):
+            self._ended.add(delta.key)
+            if delta.key != self._open_call or self._kind() != "tool_use":
+                return []
+            out = self._close()
+            while self._waiting:
+                key = next(iter(self._waiting))
+                out += self._start_call(key, *self._waiting.pop(key))
+                if key not in self._ended:
+                    break
+                out += self._close()
             return out
         assert isinstance(delta, CallArgs)
+        if delta.key in self._waiting:
+            self._waiting[delta.key][1].append(delta.text)
+            return []
         index = self._calls[delta.key]
         self._partial[index].append(delta.text)
+        if index != self._open:  # cannot happen: a call's block closes once it is complete
+            return []
         return [self._delta(index, {"type": "input_json_delta", "partial_json": delta.text})]
+
+    def _start_call(self, key: Any, block: dict[str, Any], args: list[str]) -> list[str]:
+        """Open call ``key``'s ``tool_use`` block, with the argument fragments held so far."""
+        out = self._add(block)
+        assert self._open is not None
+        self._calls[key] = self._open
+        self._open_call = key
+        self._partial[self._open] = list(args)
+        if args:
+            out.append(self._delta(self._open, {"type": "input_json_delta",
+                                                "partial_json": "".join(args)}))
+        return out
+
+    def _release(self) -> list[str]:
+        """Every waiting call, in the order they started (a delta that is not a call's, or
+        the round's end, says the calls before it are complete)."""
+        out: list[str] = []
+        while self._waiting:
+            key = next(iter(self._waiting))
+            out += self._start_call(key, *self._waiting.pop(key))
+        return out
 
     def end_round(self) -> list[str]:
         """A round ended and another continues the same answer: its open block closes."""
-        return self._close()
+        return [*self._release(), *self._close()]
 
     def _content(self) -> list[dict[str, Any]]:
         content = []
@@ -166,17 +239,20 @@ class AnthropicRenderer:
     def finish(self, finish_reason: str, usage: Usage) -> list[str]:
         """The open block's ``content_block_stop``, ``message_delta`` (the stop reason, the
         whole answer's usage), ``message_stop``."""
-        return [*self._close(),
+        return [*self._release(), *self._close(),
                 sse({"type": "message_delta",
-                     "delta": {"stop_reason": stop_reason(finish_reason),
-                               "stop_sequence": None},
+                     "delta": {"stop_reason": stop_reason(finish_reason,
+                                                          self.stop_sequence),
+                               "stop_sequence": self.stop_sequence or None},
                      "usage": anthropic_usage(usage)}, event="message_delta"),
                 sse({"type": "message_stop"}, event="message_stop")]
 
     def body(self, finish_reason: str, usage: Usage) -> dict[str, Any]:
         """The whole ``message`` object (a non-streaming answer)."""
+        self._release()
         return {**self._shell(), "content": self._content(),
-                "stop_reason": stop_reason(finish_reason), "usage": anthropic_usage(usage)}
+                "stop_reason": stop_reason(finish_reason, self.stop_sequence),
+                "stop_sequence": self.stop_sequence or None, "usage": anthropic_usage(usage)}
 
     def error(self, payload: Mapping[str, Any]) -> list[str]:
         """A failure after the stream started: an ``error`` event (the Anthropic SDK raises

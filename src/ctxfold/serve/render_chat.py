@@ -8,7 +8,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxfold.kernel.types import Usage
-from ctxfold.serve.deltas import Block, CallStart, Delta, Item, Reasoning, Signature, Text
+from ctxfold.serve.deltas import (
+    Block,
+    CallEnd,
+    CallStart,
+    Citation,
+    Delta,
+    Item,
+    Reasoning,
+    Signature,
+    Text,
+)
 
 
 def sse(data: Any, event: str | None = None) -> str:
@@ -64,7 +74,7 @@ class ChatRenderer:
         if isinstance(delta, Reasoning):
             self.reasoning.append(delta.text)
             return [self._chunk({"reasoning_content": delta.text})]
-        if isinstance(delta, Item | Block | Signature):
+        if isinstance(delta, Item | Block | Signature | Citation | CallEnd):
             return []  # a Responses item or Anthropic block chat has no form for
         if isinstance(delta, CallStart):
             self.calls[delta.key] = {"id": delta.call_id, "type": "function",

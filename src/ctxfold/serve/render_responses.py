@@ -15,7 +15,9 @@ from ctxfold.kernel.types import Usage
 from ctxfold.serve.deltas import (
     Block,
     CallArgs,
+    CallEnd,
     CallStart,
+    Citation,
     Delta,
     Item,
     Reasoning,
@@ -98,7 +100,7 @@ class ResponsesRenderer:
     def feed(self, delta: Delta) -> list[str]:
         """The events of one client-visible delta."""
         out: list[str] = []
-        if isinstance(delta, Block | Signature):
+        if isinstance(delta, Block | Signature | Citation | CallEnd):
             return []  # Anthropic's own: no Responses form
         if isinstance(delta, Reasoning):
             if self._reasoning is None:

@@ -235,7 +235,9 @@ class Router:
                 _admit(cm, new)
                 cm.append(*new)
             except MessageError as exc:
-                raise ServeError(f"session {session_id!r}: {exc}") from None
+                named = f"session {session_id!r}: "  # the session's own refusals name it
+                said = str(exc)
+                raise ServeError(said if said.startswith(named) else named + said) from None
         self._settled(family, session_id, cm)
 
     async def _append(self, family: Family, session_id: str, cm: ContextManager,

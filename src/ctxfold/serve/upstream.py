@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,7 +31,7 @@ from ctxfold.interop.anthropic import place_breakpoints, tool_to_anthropic, wire
 from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Provider
-from ctxfold.kernel.errors import ConfigError
+from ctxfold.kernel.errors import ConfigError, MessageError
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 from ctxfold.plugins.providers.anthropic import (
     approximate_tokens,
@@ -274,7 +275,10 @@ class Upstream:
         if self.wire == "messages":  # consecutive messages merge: encoded whole
             return _dumps(self._anthropic(request, prepared, cache_key, offer)).encode()
         rest = self._fields(request, prepared, cache_key, offer)
-        history = ",".join(f for f in map(self._fragment, prepared.messages) if f)
+        try:
+            history = ",".join(f for f in map(self._fragment, prepared.messages) if f)
+        except MessageError as exc:
+            raise _located(exc, request, prepared, self._fragment) from None
         head = (f'{{"model":{_dumps(rest.pop("model"))},'
                 f'"{HISTORY_FIELD[self.wire]}":[{history}]')
         tail = _dumps(rest)
@@ -406,3 +410,35 @@ class Upstream:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _converts(convert: Callable[[Message], str], message: Message) -> bool:
+    try:
+        convert(message)
+    except MessageError:
+        return False
+    return True
+
+
+def _located(exc: MessageError, request: ClientRequest, prepared: PreparedRequest,
+             convert: Callable[[Message], str]) -> MessageError:
+    """``exc`` (a message of the view that has no form on the upstream's wire, converted
+    alone and so named ``messages[0]``) naming the client's own message instead: the one it
+    was read from, when the view's message is one of the client's history; else its place
+    in the view sent upstream."""
+    text = str(exc)
+    at = next((i for i, m in enumerate(prepared.messages) if not _converts(convert, m)), None)
+    if at is None:  # pragma: no cover - the view converts once more as it did
+        return exc
+    message = prepared.messages[at]
+    field = HISTORY_FIELD[request.wire]
+    # The view's copy of a client message was stored: its time stamp and id are the store's.
+    found = next((h for h, m in enumerate(request.history)
+                  if attrs.evolve(message, created_at=m.created_at, id=m.id) == m), None)
+    if found is not None and found < len(request.origins) and request.origins[found] >= 0:
+        place = f"{field}[{request.origins[found]}]"
+    elif found is not None and not request.origins and request.wire == "chat":
+        place = f"{field}[{found}]"
+    else:
+        place = f"the history sent upstream, message {at}"
+    return MessageError(re.sub(r"^\w+\[0\]", lambda _: place, text, count=1))

@@ -243,6 +243,7 @@ class AnthropicTranslator:
         for index, block in enumerate(data["content"]):
             stream.block_start(index, block)
         stream.stop_reason = data.get("stop_reason")
+        stream.stop_sequence = data.get("stop_sequence")
         stream.stopped = True
         return stream.finish(request_id)
 
@@ -261,6 +262,7 @@ class AnthropicStream:
         self.json: dict[int, list[str]] = {}
         self.usage: dict[str, Any] = {}
         self.stop_reason: Any = None
+        self.stop_sequence: Any = None
         self.message_id = ""
         self.stopped = False
 
@@ -286,6 +288,7 @@ class AnthropicStream:
             delta = payload.get("delta")
             if isinstance(delta, Mapping) and delta.get("stop_reason") is not None:
                 self.stop_reason = delta["stop_reason"]
+                self.stop_sequence = delta.get("stop_sequence")
             self._usage(payload.get("usage"))
         elif kind == "message_stop":
             self.stopped = True
@@ -374,9 +377,10 @@ class AnthropicStream:
         reason = self.stop_reason
         finish = STOP_REASONS.get(reason, reason) if isinstance(reason, str) else (
             "tool_calls" if message.tool_calls else "stop")
+        matched = (str(self.stop_sequence or "") if reason == "stop_sequence" else None)
         return ChatResponse(message=message, finish_reason=finish,
                             usage=usage_from_anthropic(self.usage),
-                            request_id=request_id or self.message_id)
+                            request_id=request_id or self.message_id, stop_sequence=matched)
 
 
 def _index(payload: Mapping[str, Any], data: str) -> int:
