@@ -194,6 +194,20 @@ def test_a_responses_client_against_an_anthropic_upstream(serve) -> None:
     assert body["messages"][-1]["content"][0]["type"] == "tool_result"
 
 
+@pytest.mark.parametrize(("model", "most"), [("claude-opus-4-1", 32_000),
+                                           ("claude-3-5-haiku", 8_192),
+                                           ("claude-sonnet-4-6", 64_000)])
+def test_a_client_without_max_tokens_gets_what_the_model_accepts(serve, model: str,
+                                                                  most: int) -> None:
+    """The API requires ``max_tokens``: an OpenAI client that sends none gets the output
+    ladder within what the model accepts (Opus 4.1 stops at 32K, Haiku 3.5 at 8K)."""
+    served = serve("anthropic", script=[ReplySpec(text="fine")])
+    client = OpenAI(base_url=served.base, api_key="sk-unused", max_retries=0, timeout=30)
+    client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                   reasoning_effort="high")
+    assert json.loads(served.bodies[-1])["max_tokens"] == most
+
+
 def test_anthropic_errors_reach_either_kind_of_client_in_its_shape(serve) -> None:
     served = serve("anthropic", script=[ReplySpec(text="ok")] * 4,
                    faults=[Fault("overloaded", at=0), Fault("overloaded", at=1)])

@@ -310,7 +310,7 @@ class Upstream:
         rest.pop("cache_control", None)
         body: dict[str, Any] = {"model": rest.pop("model")}
         body["max_tokens"] = rest.pop("max_tokens", None) or prepared.max_output_tokens \
-            or output_ladder(self.effort)
+            or output_ladder(self.effort, str(body["model"]))
         if wire.system:
             body["system"] = wire.system
         body["messages"] = wire.messages
