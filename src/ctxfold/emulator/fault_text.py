@@ -10,7 +10,7 @@ import attrs
 
 from ctxfold.emulator.faults import Fault
 from ctxfold.emulator.records import Outcome
-from ctxfold.emulator.wire_anthropic import error_event
+from ctxfold.emulator.wire_anthropic import error_body, error_event
 
 
 def bearer(headers: Mapping[str, str]) -> str:
@@ -45,8 +45,8 @@ def shaped(outcome: Outcome, fault: Fault, key: str, wire: str) -> Outcome:
     if wire == "anthropic":
         text = "The server had an error while processing your request" + said
         if outcome.events is None:
-            body = {"type": "error", "error": {"type": "api_error", "message": text}}
-            return attrs.evolve(outcome, json_body=body, injected=None)
+            return attrs.evolve(outcome, json_body=error_body(500, text, err_type="api_error"),
+                                injected=None)
         return attrs.evolve(outcome, injected=error_event("overloaded_error", text))
     error = {"message": "The server had an error while processing your request" + said,
              "type": "server_error", "code": "server_error"}

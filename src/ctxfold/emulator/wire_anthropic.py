@@ -422,11 +422,6 @@ def content_blocks(reply: ReplySpec, message_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def reply_message(blocks: Sequence[Mapping[str, Any]]) -> Message:
-    """The assistant message the reply's blocks stand for (for the script's view)."""
-    return _view("", [_Turn("assistant", tuple((0, j, b) for j, b in enumerate(blocks)))])[0]
-
-
 def output_text(blocks: Sequence[Mapping[str, Any]]) -> str:
     """The text the reply's output tokens are counted from."""
     return "".join(b["text"] if b["type"] == "text" else _canonical(b) for b in blocks)

@@ -433,21 +433,15 @@ class ContextManager:
     async def _afold(self, arguments: Any) -> str:
         """``session:fold`` for an event loop: the sync path's checks (in a worker thread),
         then :meth:`acompact`."""
-        checked: list[tuple[FoldRequest, Budget]] = []
-
-        def check() -> str:
+        def check() -> tuple[FoldRequest, Budget] | str:
             parsed = parse_call(arguments)
             assert parsed is not None  # requested_capability() said session:fold
-            outcome = session_budget.check_fold(_Control(self), parsed[1])
-            if isinstance(outcome, str):
-                return outcome
-            checked.append(outcome)
-            return ""
+            return session_budget.check_fold(_Control(self), parsed[1])
 
-        text = await asyncio.to_thread(answering, check)
-        if not checked:  # refused, or the model's bad arguments
-            return text
-        request, before = checked[0]
+        checked = await asyncio.to_thread(answering, check)
+        if isinstance(checked, str):  # refused, or the model's bad arguments
+            return checked
+        request, before = checked
         try:
             prepared = await self.acompact(request.focus)
             folded = await asyncio.to_thread(self._folded, prepared.action.value)

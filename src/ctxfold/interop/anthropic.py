@@ -47,7 +47,7 @@ import attrs
 from ctxfold.interop.chat import DEFAULT_TOOL_FIELDS, dumps, function_fields
 from ctxfold.interop.usage import anthropic_usage, as_mapping
 from ctxfold.kernel.errors import MessageError
-from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema, Usage
+from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema
 from ctxfold.message_checks import check_message
 
 #: Blocks a message carries as its content (``content`` for one text block, else ``parts``).
@@ -479,14 +479,9 @@ def tool_from_anthropic(data: Mapping[str, Any], *, where: str = "tools") -> Too
                       fields=() if order == DEFAULT_TOOL_FIELDS else order)
 
 
-def usage_from_anthropic(usage: Any) -> Usage:
-    """:class:`Usage` for an Anthropic ``usage`` object (a dict or the SDK's object).
-
-    ``input_tokens`` excludes cached tokens on this wire: ``cache_creation_input_tokens`` were
-    written to the cache (billed 1.25× or 2×), ``cache_read_input_tokens`` read from it. The
-    prompt is their sum; hits are the reads, misses the rest (writes included, also reported
-    as ``cache_write_tokens``)."""
-    return anthropic_usage(as_mapping(usage))
+#: :class:`Usage` for an Anthropic ``usage`` object, a dict or the SDK's object
+#: (:func:`ctxfold.interop.usage.anthropic_usage`).
+usage_from_anthropic = anthropic_usage
 
 
 # -- breakpoints -----------------------------------------------------------------------------------
@@ -527,13 +522,20 @@ def place_breakpoints(body: dict[str, Any], *, ttl: str, min_tokens: int,
             marks.append((system, len(system) - 1, ttl))
         elif tools:
             marks.append((tools, len(tools) - 1, ttl))
-    sizes = [count(m) for m in messages]
+    # The first message whose prefix reaches the minimum: counted only that far (a long
+    # history is not measured again on every request), since counts are never negative.
+    reach, total = len(messages), prefix
+    for j, message in enumerate(messages):
+        total += count(message)
+        if total >= min_tokens:
+            reach = j
+            break
     newest = len(messages) - 1
     bridge = _bridge(messages, checkpoint, newest)
     for index, mark_ttl in ((checkpoint, ttl), (bridge, "5m"), (newest, "5m")):
         if index is None or not 0 <= index < len(messages):
             continue
-        if prefix + sum(sizes[:index + 1]) < min_tokens:
+        if index < reach:
             continue
         if any(target is messages and at == index for target, at, _ in marks):
             continue

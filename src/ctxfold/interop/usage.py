@@ -63,8 +63,10 @@ def anthropic_usage(data: Any) -> Usage:
     """Map an Anthropic Messages ``usage`` object: ``input_tokens`` excludes cached tokens on
     this wire, so the prompt is it plus ``cache_creation_input_tokens`` (written to the
     cache: misses, also counted as writes) plus ``cache_read_input_tokens`` (hits)
-    (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching)."""
-    if not isinstance(data, Mapping):
+    (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching). ``data``: a dict
+    or the SDK's object."""
+    data = as_mapping(data)
+    if data is None:
         return Usage()
     fresh = _int(data.get("input_tokens"))
     written = _int(data.get("cache_creation_input_tokens"))

@@ -182,7 +182,7 @@ def cache_minimum(model: str) -> int:
 def approximate_tokens(value: Any) -> int:
     """About four characters of JSON per token: enough to tell a prefix below the cache
     minimum from one above it (an estimate that is off only moves a breakpoint's threshold)."""
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))) // 4
+    return len(dumps(value)) // 4
 
 
 def cache_ttl(minutes: int) -> str:
@@ -221,10 +221,10 @@ class AnthropicTranslator:
             body["system"] = wire.system
         body["messages"] = wire.messages
         budget = output_budget(request, DEFAULTS)
-        body["max_tokens"] = budget if budget is not None else output_ladder(request.effort,
-                                                                             model)
+        assert budget is not None  # DEFAULTS never omits max_tokens: the API requires it
         if request.max_output_tokens <= 0:  # the declared ladder; this model may take less
-            body["max_tokens"] = min(body["max_tokens"], max_output(model))
+            budget = min(budget, max_output(model))
+        body["max_tokens"] = budget
         body.update(thinking_fields(model, request.effort, body["max_tokens"]))
         body["stream"] = request.stream
         at = checkpoint_index(request.messages)
