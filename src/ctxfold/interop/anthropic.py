@@ -44,7 +44,7 @@ from typing import Any, cast
 
 import attrs
 
-from ctxfold.interop.chat import DEFAULT_TOOL_FIELDS, dumps, function_fields
+from ctxfold.interop.chat import checked_tool, dumps, function_fields
 from ctxfold.interop.usage import anthropic_usage, as_mapping
 from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.types import Message, Role, ToolCall, ToolSchema
@@ -462,21 +462,8 @@ def tool_from_anthropic(data: Mapping[str, Any], *, where: str = "tools") -> Too
     fields = as_mapping(data)
     if fields is None:
         raise MessageError(f"{where}: a tool must be an object, got {type(data).__name__}")
-    name, description = fields.get("name"), fields.get("description", "")
-    schema = fields.get("input_schema", {})
-    if not isinstance(name, str) or not name:
-        raise MessageError(f"{where}.name: a tool needs a non-empty string name")
-    if not isinstance(description, str):
-        raise MessageError(f"{where}.description: must be a string")
-    if not isinstance(schema, Mapping):
-        raise MessageError(f"{where}.input_schema: must be a JSON-schema object, got "
-                           f"{type(schema).__name__}")
-    order = tuple("parameters" if k == "input_schema" else k for k in fields)
-    unknown = {k: v for k, v in fields.items() if k not in ("name", "description",
-                                                            "input_schema")}
-    return ToolSchema(name=name, description=description, parameters=dict(schema),
-                      extra=dumps(unknown) if unknown else "",
-                      fields=() if order == DEFAULT_TOOL_FIELDS else order)
+    return checked_tool(fields, fields.get("input_schema", {}), where,
+                        schema_field="input_schema", what="a tool")
 
 
 #: :class:`Usage` for an Anthropic ``usage`` object, a dict or the SDK's object

@@ -180,20 +180,29 @@ def tool_schema_from_openai(data: Mapping[str, Any], *, where: str = "tools") ->
     kind = data.get("type", "function")
     if kind != "function":
         raise MessageError(f"{where}.type: only function tools can be offered, got {kind!r}")
+    own = ("type",) if fn is data else ()  # a Responses tool's "type" is the wrapper's
+    return checked_tool(fn, fn.get("parameters") or {}, where, skip=own)
+
+
+def checked_tool(fn: Mapping[str, Any], schema: Any, where: str, *,
+                 schema_field: str = "parameters", what: str = "a function tool",
+                 skip: tuple[str, ...] = ()) -> ToolSchema:
+    """The :class:`ToolSchema` of one tool definition ``fn`` (any wire format) whose JSON
+    schema, under ``schema_field``, is ``schema``: name, description and schema checked, the
+    other fields (but ``skip``) kept in ``extra`` and the field order in ``fields``, as
+    :func:`function_fields` reads them back."""
     name, description = fn.get("name"), fn.get("description", "")
-    parameters = fn.get("parameters") or {}
     if not isinstance(name, str) or not name:
-        raise MessageError(f"{where}.name: a function tool needs a non-empty string name")
+        raise MessageError(f"{where}.name: {what} needs a non-empty string name")
     if not isinstance(description, str):
         raise MessageError(f"{where}.description: must be a string")
-    if not isinstance(parameters, Mapping):
-        raise MessageError(f"{where}.parameters: must be a JSON-schema object, got "
-                           f"{type(parameters).__name__}")
-    own = ("type",) if fn is data else ()  # a Responses tool's "type" is the wrapper's
+    if not isinstance(schema, Mapping):
+        raise MessageError(f"{where}.{schema_field}: must be a JSON-schema object, got "
+                           f"{type(schema).__name__}")
     unknown = {k: v for k, v in fn.items()
-               if k not in ("name", "description", "parameters", *own)}
-    fields = tuple(k for k in fn if k not in own)
-    return ToolSchema(name=name, description=description, parameters=dict(parameters),
+               if k not in ("name", "description", schema_field, *skip)}
+    fields = tuple("parameters" if k == schema_field else k for k in fn if k not in skip)
+    return ToolSchema(name=name, description=description, parameters=dict(schema),
                       extra=dumps(unknown) if unknown else "",
                       fields=() if fields == DEFAULT_TOOL_FIELDS else fields)
 
