@@ -198,7 +198,7 @@ class Exchange:
         # did not end the answer.
         finish = response.finish_reason if self.request.wire == "messages" else \
             FINISH_REASONS.get(response.finish_reason, response.finish_reason)
-        self.finish_reason = "stop" if finish in ("tool_calls", "tool_use") else finish
+        self.finish_reason = "stop" if finish == "tool_calls" else finish
         if isinstance(self.renderer, AnthropicRenderer):
             self.renderer.stop_sequence = response.stop_sequence
         return bool(mine) and self.rounds < self.max_rounds

@@ -34,10 +34,10 @@ from ctxfold.serve.render_chat import sse
 #: reasons (``end_turn``, ``tool_use``, ``pause_turn``, ``refusal``, …) stay as they are.
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                 "content_filter": "refusal"}
-#: The inverse, for an Anthropic upstream's reasons told to an OpenAI-format client.
-FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
-                  "tool_use": "tool_calls", "refusal": "content_filter",
-                  "pause_turn": "stop", "model_context_window_exceeded": "length"}
+#: The Anthropic reasons the provider keeps as they are
+#: (:data:`ctxfold.plugins.providers.anthropic.STOP_REASONS` maps the others), in OpenAI
+#: terms, for an OpenAI-format client.
+FINISH_REASONS = {"refusal": "content_filter", "pause_turn": "stop"}
 
 
 def stop_reason(finish_reason: str, stop_sequence: str | None = None) -> str:

@@ -27,7 +27,7 @@ import attrs
 
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
 from ctxfold.engine.prepared import PreparedRequest, to_openai_messages
-from ctxfold.interop.anthropic import place_breakpoints, tool_to_anthropic, wire_of
+from ctxfold.interop.anthropic import tool_to_anthropic, wire_of
 from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.contracts import Provider
@@ -35,9 +35,8 @@ from ctxfold.kernel.errors import ConfigError, MessageError
 from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult, ToolSchema
 from ctxfold.plugins.providers.anthropic import (
     approximate_tokens,
-    cache_minimum,
-    checkpoint_index,
     output_ladder,
+    with_breakpoints,
 )
 from ctxfold.plugins.summarizers.llm import LLMSummarizer
 from ctxfold.serve.client_request import HISTORY_FIELD, ClientRequest, Wire
@@ -315,12 +314,9 @@ class Upstream:
             body["system"] = wire.system
         body["messages"] = wire.messages
         body.update(rest)
-        at = checkpoint_index(prepared.messages)
-        ttl = getattr(self.translator, "ttl", "5m")
-        count = getattr(self.translator, "count", approximate_tokens)
-        return place_breakpoints(body, ttl=ttl if ttl in ("5m", "1h") else "5m",
-                                 min_tokens=cache_minimum(str(body["model"])), count=count,
-                                 checkpoint=None if at is None else wire.positions[at])
+        return with_breakpoints(body, prepared.messages, wire.positions,
+                                ttl=getattr(self.translator, "ttl", "5m"),
+                                count=getattr(self.translator, "count", approximate_tokens))
 
     def _fields(self, request: ClientRequest, prepared: PreparedRequest,
                 cache_key: str, offer: bool) -> dict[str, Any]:

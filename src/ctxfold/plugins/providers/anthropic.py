@@ -38,7 +38,7 @@ its numbers (:mod:`ctxfold.transport`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ctxfold.interop.anthropic import (
@@ -190,13 +190,26 @@ def cache_ttl(minutes: int) -> str:
     return "1h" if minutes >= 60 else "5m"
 
 
-def checkpoint_index(messages: tuple[Message, ...]) -> int | None:
+def checkpoint_index(messages: Sequence[Message]) -> int | None:
     """The position of the checkpoint's summary message (``origin="host"``), if any."""
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
         if m.origin == "host" and not m.local_only and is_summary_message(m):
             return i
     return None
+
+
+def with_breakpoints(body: dict[str, Any], messages: Sequence[Message],
+                     positions: Sequence[int | None], *, ttl: str,
+                     count: Callable[[Any], int]) -> dict[str, Any]:
+    """``body`` (built from ``messages``; ``positions``: where each landed in
+    ``body["messages"]``, :func:`~ctxfold.interop.anthropic.wire_of`) with ctxfold's
+    breakpoints: the checkpoint's summary found among ``messages``, the minimum of
+    ``body["model"]`` (:func:`~ctxfold.interop.anthropic.place_breakpoints`). The provider and
+    the proxy's Anthropic upstream place them with this one rule."""
+    at = checkpoint_index(messages)
+    return place_breakpoints(body, ttl=ttl, min_tokens=cache_minimum(str(body["model"])),
+                             count=count, checkpoint=None if at is None else positions[at])
 
 
 class AnthropicTranslator:
@@ -227,10 +240,8 @@ class AnthropicTranslator:
         body["max_tokens"] = budget
         body.update(thinking_fields(model, request.effort, body["max_tokens"]))
         body["stream"] = request.stream
-        at = checkpoint_index(request.messages)
-        return place_breakpoints(body, ttl=self.ttl, min_tokens=cache_minimum(model),
-                                 count=self.count,
-                                 checkpoint=None if at is None else wire.positions[at])
+        return with_breakpoints(body, request.messages, wire.positions, ttl=self.ttl,
+                                count=self.count)
 
     def parse_response(self, data: Any, request_id: str) -> ChatResponse:
         """Parse a non-streaming ``message`` object."""
