@@ -119,11 +119,18 @@ class Exchange:
     # -- one round ------------------------------------------------------------------------
 
     async def _body(self, trigger: Trigger) -> bytes:
-        prepared = await asyncio.to_thread(self.cm.prepare, trigger)
+        def build() -> tuple[PreparedRequest, bytes]:
+            # One worker-thread hop: encoding is O(history) toward an Anthropic upstream
+            # (its body is not kept as per-message fragments), so off the event loop too.
+            prepared = self.cm.prepare(trigger)
+            return prepared, self.upstream.encoded(
+                self.request, prepared, offer=self._used_capability,
+                cache_key=self.cm.state.prompt_cache_key)
+
+        prepared, body = await asyncio.to_thread(build)
         self.first = self.first or prepared
         self.actions.append(prepared.action.value)
-        return self.upstream.encoded(self.request, prepared, offer=self._used_capability,
-                                  cache_key=self.cm.state.prompt_cache_key)
+        return body
 
     async def open_stream(self, first: Trigger = "pressure") -> None:
         """Send a streaming round; returns once the upstream answered with headers, so a
