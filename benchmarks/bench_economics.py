@@ -24,12 +24,12 @@ A *variant* changes some of ctxfold's maintenance settings, in its worker proces
 
 * ``prune``: :data:`ctxfold.kernel.maintenance.PRUNE_ALONE_RATIO`, below which share of the
   window a pressure prune is installed alone; above it the prune goes inside the checkpoint;
-* ``tail``: :data:`ctxfold.kernel.fold.TAIL_RATIO`, the verbatim tail's share of the window;
+* ``tail``: :data:`ctxfold.kernel.maintenance.TAIL_RATIO`, the verbatim tail's share of the window;
 * ``briefing``: the briefing length a summary request asks for, as a share of the window
   (``0``: none asked, so the replay's 2,048-token default);
 * ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's verbatim facts
   list as a multiple of the briefing length (``0``: nothing repaired);
-* ``head``: :data:`ctxfold.kernel.fold.HEAD_PIN_RATIO`, the share of the window a long task
+* ``head``: :data:`ctxfold.kernel.maintenance.HEAD_PIN_RATIO`, the share of the window a long task
   statement is clipped to in the checkpoint head;
 * ``ratio``: ``compact_ratio``, the trigger's share of the input budget;
 * ``bound``: a factor on the bound tool results get at creation
@@ -107,20 +107,20 @@ def _apply(variant: Variant) -> float:
     """Set a variant's settings in this (worker) process; its ``compact_ratio``."""
     from ctxfold.capabilities import bounding
     from ctxfold.engine import offer, review
-    from ctxfold.kernel import checkpoint, fold, maintenance, summary
+    from ctxfold.kernel import maintenance, summary
     from ctxfold.plugins.policies import ctxfold_engine
 
     v = {**DEFAULTS, **variant}
     ctxfold_engine.BILL_FACTS_AS_OUTPUT = v["facts_billed"]
     review.FACTS_SHARE = v["facts"]
-    fold.HEAD_PIN_RATIO = v["head"]
+    maintenance.HEAD_PIN_RATIO = v["head"]
     maintenance.PRUNE_ALONE_RATIO = v["prune"]
-    fold.TAIL_RATIO = v["tail"]
+    maintenance.TAIL_RATIO = v["tail"]
     if v["briefing"]:
         summary.BRIEFING_RATIO = v["briefing"]
-        checkpoint.briefing_tokens = summary.briefing_tokens
+        maintenance.briefing_tokens = summary.briefing_tokens
     else:
-        checkpoint.briefing_tokens = lambda _window: 0
+        maintenance.briefing_tokens = lambda _window: 0
     if v["bound"] != 1.0:
         f = v["bound"]
         bounding.TOOL_CONTENT_BOUND = int(bounding.TOOL_CONTENT_BOUND * f)
@@ -135,7 +135,7 @@ def _apply(variant: Variant) -> float:
             return min(rule(window), max(1024, int(multiple * summary.briefing_tokens(window))))
 
         summary.summary_output_cap = cap
-        checkpoint.summary_output_cap = cap
+        maintenance.summary_output_cap = cap
     if v["offer"] != "auto":
         always = v["offer"] == "always"
         original = offer.CapabilityOffer.offers

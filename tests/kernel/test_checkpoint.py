@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxfold.kernel import checkpoint, fold
+from ctxfold.kernel import maintenance
 from ctxfold.kernel.summary import SUMMARY_INSTRUCTION_MARKER, is_summary_message
 from ctxfold.kernel.types import Message, RequestShape, ToolCall, Usage
 
@@ -29,15 +29,15 @@ def session(sizes: list[int]) -> list[Message]:
     return out
 
 
-def request(view: list[Message], plan: fold.FoldPlan, window: int):
-    return checkpoint.summary_request(view, plan, tools=(), window=window, focus=None,
+def request(view: list[Message], plan: maintenance.FoldPlan, window: int):
+    return maintenance.summary_request(view, plan, tools=(), window=window, focus=None,
                                       cache_key="k", estimator=Chars(),
                                       count=lambda m: len(m.content))
 
 
 def test_a_region_that_fits_is_requested_whole_as_a_cached_prefix() -> None:
     view = session([100] * 6)
-    plan = fold.FoldPlan(head=2, end=10, tail_start=10)
+    plan = maintenance.FoldPlan(head=2, end=10, tail_start=10)
     planned = request(view, plan, window=10_000)
     assert planned is not None and planned.plan == plan
     sent = planned.request.messages
@@ -48,24 +48,24 @@ def test_a_region_that_fits_is_requested_whole_as_a_cached_prefix() -> None:
 
 def test_a_region_too_large_folds_up_to_the_largest_safe_end() -> None:
     view = session([1000] * 8)
-    limit = checkpoint.summary_limit(6000)
-    plan = fold.FoldPlan(head=2, end=16, tail_start=16)
+    limit = maintenance.summary_limit(6000)
+    plan = maintenance.FoldPlan(head=2, end=16, tail_start=16)
     planned = request(view, plan, window=6000)
     assert planned is not None and planned.plan.end < 16
     assert view[planned.plan.end].role != "tool"
     assert Chars().estimate(RequestShape(list(planned.request.messages))) <= limit
-    longer = request(view, fold.FoldPlan(head=2, end=planned.plan.end + 2, tail_start=16),
+    longer = request(view, maintenance.FoldPlan(head=2, end=planned.plan.end + 2, tail_start=16),
                      window=6000)
     assert longer is not None and longer.plan.end == planned.plan.end  # it is the largest
 
 
 def test_a_single_message_too_large_for_any_request_is_clipped_in_the_request() -> None:
     view = session([50_000, 10])
-    plan = fold.FoldPlan(head=2, end=4, tail_start=4)
+    plan = maintenance.FoldPlan(head=2, end=4, tail_start=4)
     planned = request(view, plan, window=20_000)
     assert planned is not None and planned.plan.end == 4
     clipped = planned.request.messages[3]  # system, task, call, its result, instruction
-    assert fold.CLIP_MARKER in clipped.content and len(clipped.content) < 50_000
+    assert maintenance.CLIP_MARKER in clipped.content and len(clipped.content) < 50_000
     assert len(view[3].content) == 50_000  # canonical keeps it
 
 
@@ -73,17 +73,17 @@ def test_a_message_no_request_could_hold_is_clipped_rather_than_left_unfolded() 
     # Folding only the rounds before the 50k result would fit, but it leaves that result
     # verbatim, above any window, and no later fold could take it unclipped: clip it now.
     view = session([1000, 1000, 50_000, 10])
-    plan = fold.FoldPlan(head=2, end=8, tail_start=8)
+    plan = maintenance.FoldPlan(head=2, end=8, tail_start=8)
     planned = request(view, plan, window=20_000)
     assert planned is not None and planned.plan.end == 8
-    assert any(fold.CLIP_MARKER in m.content for m in planned.request.messages)
+    assert any(maintenance.CLIP_MARKER in m.content for m in planned.request.messages)
     assert len(view[7].content) == 50_000  # canonical keeps it
 
 
 def test_the_candidate_replaces_the_region_with_one_summary() -> None:
     view = session([100] * 4)
-    plan = fold.FoldPlan(head=2, end=6, tail_start=6)
-    made = checkpoint.candidate(view, plan, "## Goal\n- g", projection=None, canonical=view,
+    plan = maintenance.FoldPlan(head=2, end=6, tail_start=6)
+    made = maintenance.candidate(view, plan, "## Goal\n- g", projection=None, canonical=view,
                                 window=100_000, count=lambda m: len(m.content))
     assert made.covered_count == 6
     assert [is_summary_message(m) for m in made.view].count(True) == 1
@@ -95,8 +95,8 @@ def test_the_candidate_keeps_a_large_task_clipped_and_the_pruned_tail() -> None:
     view[1] = Message(role="user", content="T" * 9_000)  # over 8% of a 100,000 window
     pruned = [m if m.role != "tool" else Message(role="tool", content="p",
                                                   tool_call_id=m.tool_call_id) for m in view]
-    plan = fold.FoldPlan(head=2, end=4, tail_start=4)
-    made = checkpoint.candidate(view, plan, "## Goal\n- g", projection=None, canonical=view,
+    plan = maintenance.FoldPlan(head=2, end=4, tail_start=4)
+    made = maintenance.candidate(view, plan, "## Goal\n- g", projection=None, canonical=view,
                                 window=100_000, count=lambda m: len(m.content), pruned=pruned)
     task = made.body[1]
     assert len(task.content) < 8_000 and '{"ref": "#1"}' in task.content

@@ -1,15 +1,22 @@
-"""Compare-and-swap installs (design §5.1) and receipts (design §5.2), on ``Committer`` alone."""
+"""Compare-and-swap installs (design §5.1) and receipts (design §5.2): the fold path's state
+changes (``installed``, ``recorded``) performed by the engine's ``Committer``."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 
-from ctxfold.kernel.commit import Committer, blocked_receipt
+from tests.kernel.test_maintenance import context, performer, session
+
+from ctxfold.engine import driving
+from ctxfold.engine.committer import Committer
+from ctxfold.kernel import maintenance
 from ctxfold.kernel.errors import StaleContextError
 from ctxfold.kernel.fingerprint import covered_prefix_hash
+from ctxfold.kernel.maintenance import Capture, Commit, installed, recorded
 from ctxfold.kernel.state import (
     CacheState,
+    Projection,
     Receipt,
     ReceiptAction,
     ReceiptStatus,
@@ -56,20 +63,38 @@ def committer(disk: Disk) -> Committer:
     return Committer(SidecarState(), save=disk.save, reload=disk.reload)
 
 
-def install(c: Committer, captured, covered: int = 2) -> Receipt:
-    return c.install(
-        captured, CANONICAL, body=[CANONICAL[0], Message(role="user", content="sum")],
-        covered_count=covered,
-        receipt=Receipt(operation_id="", status=ReceiptStatus.APPLIED,
-                        action=ReceiptAction.SUMMARY, input_hash="in"),
-        telemetry=TelemetryRecord(kind="install"), source_tokens=10, projection_tokens=5,
-    )
+def capture(c: Committer) -> Capture:
+    projection = c.state.projection
+    return Capture(c.transcript_version, len(CANONICAL),
+                   projection.projection_version if projection else 0, c.state.generation)
+
+
+def install(c: Committer, captured: Capture, covered: int = 2) -> Receipt:
+    version = captured.projection_version + 1
+    projection = Projection(
+        messages=(CANONICAL[0], Message(role="user", content="sum")), projection_version=version,
+        covered_count=covered, covered_prefix_hash=covered_prefix_hash(CANONICAL, covered))
+    receipt = Receipt(operation_id="", status=ReceiptStatus.APPLIED, projection_version=version,
+                      action=ReceiptAction.SUMMARY, input_hash="in", cache_break=True)
+    state = c.commit(Commit(installed(captured, projection, receipt),
+                            record=TelemetryRecord(kind="install"), captured=captured))
+    assert state.last_receipt is not None
+    return state.last_receipt
+
+
+def record(c: Committer, input_hash: str = "h",
+           telemetry: TelemetryRecord | None = None) -> Receipt:
+    receipt = Receipt(operation_id="", status=ReceiptStatus.BLOCKED,
+                      action=ReceiptAction.SUMMARY, input_hash=input_hash, reason="why")
+    state = c.commit(Commit(recorded(receipt, c.stamp()), record=telemetry))
+    assert state.last_receipt is not None
+    return state.last_receipt
 
 
 def test_a_clean_install_bumps_version_and_generation_and_persists() -> None:
     disk = Disk()
     c = committer(disk)
-    receipt = install(c, c.capture(len(CANONICAL)))
+    receipt = install(c, capture(c))
     assert receipt.status is ReceiptStatus.APPLIED and receipt.cache_break
     assert (receipt.projection_version, receipt.generation) == (1, 1)
     projection = c.state.projection
@@ -78,18 +103,17 @@ def test_a_clean_install_bumps_version_and_generation_and_persists() -> None:
     assert disk.state == c.state and disk.saves == 1
 
 
-@pytest.mark.parametrize("moved", ["transcript", "length", "generation"])
+@pytest.mark.parametrize("moved", ["transcript", "generation"])
 def test_an_install_loses_when_anything_moved_in_this_process(moved: str) -> None:
     disk = Disk()
     c = committer(disk)
-    captured = c.capture(len(CANONICAL))
+    captured = capture(c)
     if moved == "transcript":
         c.transcript_version += 1
     elif moved == "length":
         captured = attrs.evolve(captured, canonical_len=captured.canonical_len - 1)
     else:
-        c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "x", input_hash="h",
-                                 input_tokens=1))
+        record(c)
     saves = disk.saves
     with pytest.raises(StaleContextError):
         install(c, captured)
@@ -99,14 +123,14 @@ def test_an_install_loses_when_anything_moved_in_this_process(moved: str) -> Non
 def theirs_with_checkpoint(generation: int) -> SidecarState:
     """Another process's state after it installed a checkpoint (projection version 1)."""
     other = Committer(SidecarState(), save=lambda _s: True, reload=lambda: None)
-    install(other, other.capture(len(CANONICAL)))
+    install(other, capture(other))
     return attrs.evolve(other.state, generation=generation, prompt_cache_key="other")
 
 
 def test_an_install_loses_when_another_process_installed_and_adopts_its_state() -> None:
     disk = Disk()
     c = committer(disk)
-    captured = c.capture(len(CANONICAL))
+    captured = capture(c)
     theirs = theirs_with_checkpoint(7)
     disk.state = theirs
     with pytest.raises(StaleContextError):
@@ -119,7 +143,7 @@ def test_an_install_goes_on_top_of_receipts_another_process_recorded() -> None:
     # otherwise block each other's installs for good.
     disk = Disk()
     c = committer(disk)
-    captured = c.capture(len(CANONICAL))
+    captured = capture(c)
     disk.state = SidecarState(generation=7, prompt_cache_key="other",
                               telemetry=(TelemetryRecord(kind="blocked"),))
     receipt = install(c, captured)
@@ -134,7 +158,7 @@ def test_an_install_whose_write_loses_the_swap_is_rechecked_on_the_winners_state
         checkpoint: bool) -> None:
     disk = Disk()
     c = committer(disk)
-    captured = c.capture(len(CANONICAL))
+    captured = capture(c)
     # The other process writes between this one's check and its write.
     theirs = theirs_with_checkpoint(1) if checkpoint else SidecarState(
         generation=1, prompt_cache_key="other")
@@ -156,9 +180,7 @@ def test_a_record_that_loses_the_swap_is_reapplied_on_the_winners_state() -> Non
     theirs = SidecarState(generation=4, prompt_cache_key="other",
                           telemetry=(TelemetryRecord(kind="install"),))
     disk.race = theirs
-    receipt = c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "why",
-                                       input_hash="h", input_tokens=3),
-                       TelemetryRecord(kind="blocked"))
+    receipt = record(c, telemetry=TelemetryRecord(kind="blocked"))
     assert receipt.generation == 5  # numbered after the winner's generation 4
     assert disk.state is not None and disk.state.generation == 5
     assert disk.state.prompt_cache_key == "other"
@@ -170,21 +192,27 @@ def test_a_failed_sidecar_write_rolls_back_and_leaves_no_applied_receipt() -> No
     c = committer(disk)
     disk.fail = True
     with pytest.raises(OSError, match="disk full"):
-        install(c, c.capture(len(CANONICAL)))
+        install(c, capture(c))
     assert c.state == SidecarState() and disk.state is None
 
 
-def test_a_repeated_failure_for_the_same_input_is_recorded_once() -> None:
+def test_a_repeated_failure_for_the_same_view_is_recorded_once() -> None:
     disk = Disk()
     c = committer(disk)
-    first = c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "why",
-                                     input_hash="h", input_tokens=3))
-    again = c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "why",
-                                     input_hash="h", input_tokens=3))
-    assert again == first and disk.saves == 1 and c.state.generation == 1
-    other = c.record(blocked_receipt(ReceiptStatus.BLOCKED, "pressure", "why",
-                                     input_hash="h2", input_tokens=3))
-    assert other.generation == 2 and disk.saves == 2
+    case = context(session(2, 10), c)
+    run = maintenance.Run(case.ctx, list(case.ctx.canonical), 10)
+
+    def receipt() -> None:
+        driving.drive(run.receipt(ReceiptStatus.BLOCKED, "why", ReceiptAction.SUMMARY),
+                      performer(case, None))  # type: ignore[arg-type]
+
+    receipt()
+    first = c.state.last_receipt
+    receipt()
+    assert c.state.last_receipt == first and disk.saves == 1 and c.state.generation == 1
+    run.view = run.view[:-1]  # another view, another input hash
+    receipt()
+    assert c.state.generation == 2 and disk.saves == 2
 
 
 def test_resume_records_only_the_label() -> None:
@@ -198,6 +226,6 @@ def test_resume_records_only_the_label() -> None:
 def test_rewind_drops_a_projection_that_covers_more_than_is_left() -> None:
     disk = Disk()
     c = committer(disk)
-    install(c, c.capture(len(CANONICAL)), covered=2)
+    install(c, capture(c), covered=2)
     c.after_rewind(CANONICAL[:1])
     assert c.state.projection is None

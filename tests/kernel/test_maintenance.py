@@ -1,8 +1,8 @@
 """``prepare()``'s decisions (design §2.4, §2.5), on ``maintain`` over a frozen context.
 
 Each test builds a :class:`MaintenanceContext` by hand (a one-token-per-character estimator,
-an in-memory sidecar) and drives the generator, so a decision is tested without a store or a
-session.
+an in-memory sidecar behind the engine's committer) and drives the generator, performing its
+steps here, so a decision is tested without a store or a session.
 """
 
 from __future__ import annotations
@@ -12,11 +12,27 @@ from collections.abc import Sequence
 
 import pytest
 
+import attrs
+
 from ctxfold.engine import driving
+from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance
-from ctxfold.kernel.commit import Committer
-from ctxfold.kernel.errors import CompactionRequiredError, ProviderError, SummaryFailedError
-from ctxfold.kernel.outcome import RESYNC, Latches, MaintenanceContext, PrepareAction
+from ctxfold.kernel.errors import (
+    CompactionRequiredError,
+    ProviderError,
+    StaleContextError,
+    SummaryFailedError,
+)
+from ctxfold.kernel.maintenance import (
+    Commit,
+    Latches,
+    MaintenanceContext,
+    PrepareAction,
+    Reread,
+    Step,
+    Stored,
+    Summarize,
+)
 from ctxfold.kernel.state import ReceiptStatus, SidecarState
 from ctxfold.kernel.types import (
     Message,
@@ -64,16 +80,40 @@ def session(rounds: int, size: int) -> list[Message]:
     return out
 
 
+@attrs.frozen
+class Case:
+    """A hand-built context and the committer that performs its commits."""
+
+    ctx: MaintenanceContext
+    committer: Committer
+
+
 def context(canonical: list[Message], committer: Committer, *, trigger: Trigger = "pressure",
             window: int = 10_000, ratio: float = 0.5, turn: int = 1,
-            latches: Latches | None = None, pruner: object | None = None
-            ) -> MaintenanceContext:
-    return MaintenanceContext(
+            latches: Latches | None = None, pruner: object | None = None) -> Case:
+    return Case(MaintenanceContext(
         session_id="s", trigger=trigger, focus=None, window=window,
         trigger_tokens=int(window * ratio), turn=turn, latches=latches or Latches(), tools=(),
         canonical=canonical, estimator=Chars(), pruner=pruner or NoPrune(),
-        committer=committer, count=lambda m: len(m.content),
-    )
+        count=lambda m: len(m.content), state=committer.state,
+        transcript_version=committer.transcript_version, clock=committer.clock,
+    ), committer)
+
+
+def performer(case: Case, summarize: object) -> object:
+    """Perform a maintenance step as the engine does, against the case's committer."""
+
+    def perform(step: Step) -> object:
+        if isinstance(step, Summarize):
+            return summarize(step.request)  # type: ignore[operator]
+        if isinstance(step, Commit):
+            return case.committer.commit(step)
+        if isinstance(step, Reread):
+            return Stored(case.ctx.canonical, case.committer.state,
+                          case.committer.transcript_version)
+        return None  # AfterInstall: no hooks here
+
+    return perform
 
 
 def new_committer() -> tuple[Committer, list[SidecarState]]:
@@ -86,7 +126,7 @@ def new_committer() -> tuple[Committer, list[SidecarState]]:
     return Committer(SidecarState(), save=save, reload=lambda: None), saved
 
 
-def run(ctx: MaintenanceContext, answers: list[SummaryResult | Exception] | None = None
+def run(case: Case, answers: list[SummaryResult | Exception] | None = None
         ) -> tuple[maintenance.Outcome, list[SummaryRequest]]:
     asked: list[SummaryRequest] = []
     queue = list(answers or [])
@@ -98,10 +138,11 @@ def run(ctx: MaintenanceContext, answers: list[SummaryResult | Exception] | None
             raise answer
         return answer
 
-    view = visible_view(ctx.committer.state.projection, ctx.canonical)
+    ctx = case.ctx
+    view = visible_view(ctx.state.projection, ctx.canonical)
     tokens = ctx.estimator.estimate(RequestShape(view))
-    outcome = driving.drive(maintenance.maintain(ctx, view, tokens), summarize,
-                                lambda: ctx.canonical)
+    outcome = driving.drive(maintenance.maintain(ctx, view, tokens),
+                            performer(case, summarize))  # type: ignore[arg-type]
     return outcome, asked
 
 
@@ -184,32 +225,61 @@ def test_a_lost_compare_and_swap_asks_for_the_stored_transcript() -> None:
     appended = Message(role="user", content="from another process")
     c, _ = new_committer()
     canonical = session(10, 800)
-    ctx = context(canonical, c)
+    ctx = context(canonical, c).ctx
     view = visible_view(None, canonical)
     steps = maintenance.maintain(ctx, view, ctx.estimator.estimate(RequestShape(view)))
     request = next(steps)
-    assert isinstance(request, SummaryRequest)
+    assert isinstance(request, Summarize)
     c.transcript_version += 1  # someone appended while the summary ran
-    assert steps.send(SummaryResult(text="## Goal\n- g")) is RESYNC
+    commit = steps.send(SummaryResult(text="## Goal\n- g"))
+    assert isinstance(commit, Commit) and commit.captured is not None
+    with pytest.raises(StaleContextError):
+        c.commit(commit)
+    assert isinstance(steps.throw(StaleContextError("moved")), Reread)
+    receipt = steps.send(Stored([*canonical, appended], c.state, c.transcript_version))
+    assert isinstance(receipt, Commit) and receipt.captured is None  # the blocked receipt
     with pytest.raises(StopIteration) as stop:
-        steps.send([*canonical, appended])
+        steps.send(c.commit(receipt))
     outcome = stop.value.value
     assert outcome.view[-1] == appended and outcome.action is PrepareAction.BLOCKED
+
+
+def test_a_transcript_that_grew_during_the_summary_makes_the_install_lose() -> None:
+    """The run's own check: the transcript it folds grew while the summary was asked for
+    (an append between the summary's ``await`` and the install), so nothing is written
+    over it; the stored session is re-read and the view keeps the new message."""
+    c, saved = new_committer()
+    canonical = session(10, 800)
+    case = context(canonical, c)
+    appended = Message(role="user", content="meanwhile")
+
+    def summarize(_request: SummaryRequest) -> SummaryResult:
+        canonical.append(appended)  # the same list the run reads
+        return SummaryResult(text="## Goal\n- g")
+
+    view = visible_view(None, canonical)
+    outcome = driving.drive(maintenance.maintain(case.ctx, view, len("".join(
+        m.content for m in view))), performer(case, summarize))  # type: ignore[arg-type]
+    assert outcome.action is PrepareAction.BLOCKED and outcome.view[-1] == appended
+    assert c.state.projection is None and all(s.projection is None for s in saved)
 
 
 def test_the_async_driver_reaches_the_same_outcome() -> None:
     sync_c, _ = new_committer()
     sync_outcome, _ = run(context(session(10, 800), sync_c))
     async_c, _ = new_committer()
-    ctx = context(session(10, 800), async_c)
+    case = context(session(10, 800), async_c)
+    ctx = case.ctx
+    perform = performer(case, lambda _request: SummaryResult(text="## Goal\n- g"))
 
-    async def summarize(_request: SummaryRequest) -> SummaryResult:
-        return SummaryResult(text="## Goal\n- g")
+    async def aperform(step: Step) -> object:
+        await asyncio.sleep(0)  # suspends: the loop really runs
+        return perform(step)  # type: ignore[operator]
 
     view = visible_view(None, ctx.canonical)
     outcome = asyncio.run(driving.adrive(
         maintenance.maintain(ctx, view, ctx.estimator.estimate(RequestShape(view))),
-        summarize, lambda: ctx.canonical))
+        aperform))
     assert (outcome.view, outcome.tokens, outcome.action) == (
         sync_outcome.view, sync_outcome.tokens, sync_outcome.action)
 

@@ -161,16 +161,16 @@ def test_the_instruction_asks_for_the_target_length_and_max_tokens_stays_the_cap
 
 
 def test_the_engine_asks_for_the_briefing_length() -> None:
-    from ctxfold.kernel import checkpoint, fold
+    from ctxfold.kernel import maintenance
 
     view = [SYSTEM, *REGION, *REGION[1:]]
-    plan = fold.FoldPlan(head=2, end=4, tail_start=4)
+    plan = maintenance.FoldPlan(head=2, end=4, tail_start=4)
 
     class Count:
         def estimate(self, shape: object) -> int:
             return 10
 
-    planned = checkpoint.summary_request(view, plan, tools=(), window=64_000, focus=None,
+    planned = maintenance.summary_request(view, plan, tools=(), window=64_000, focus=None,
                                          cache_key="k", estimator=Count(),  # type: ignore
                                          count=lambda m: 5)
     assert planned is not None and planned.request.target_tokens == briefing_tokens(64_000)

@@ -11,13 +11,13 @@ from typing import Any
 import attrs
 import pytest
 from tests.conftest import RecordingSummarizer, make_config
-from tests.kernel.test_maintenance import context, run, session
+from tests.kernel.test_maintenance import Case, context, run, session
 
 import ctxfold
-from ctxfold.kernel import fold, thrash
-from ctxfold.kernel.commit import Committer
+from ctxfold.engine.committer import Committer
+from ctxfold.kernel import maintenance, thrash
 from ctxfold.kernel.config import CheckpointConfig, Config
-from ctxfold.kernel.outcome import PrepareAction
+from ctxfold.kernel.maintenance import PrepareAction
 from ctxfold.kernel.state import SidecarState, TelemetryRecord
 from ctxfold.kernel.summary import wrap_summary
 from ctxfold.kernel.types import Message, ToolCall, utc_time
@@ -130,7 +130,7 @@ def test_a_refilled_checkpoint_is_recorded_and_the_next_one_keeps_a_smaller_tail
     assert not [r for r in calm.state.telemetry if r.kind == "thrash"]
     (record,) = [r for r in hot.state.telemetry if r.kind == "thrash"]
     assert (record.action, record.trigger, record.turn) == ("refill", "pressure", 9)
-    assert "turn 8" in record.detail and f"{fold.THRASH_TAIL_RATIO:.0%}" in record.detail
+    assert "turn 8" in record.detail and f"{maintenance.THRASH_TAIL_RATIO:.0%}" in record.detail
     # Recorded before the summary was asked for, and the install carries its turn.
     kinds = [(r.kind, r.action) for r in hot.state.telemetry]
     assert kinds == [("install", "summary"), ("thrash", "refill"), ("install", "summary")]
@@ -159,13 +159,17 @@ def test_a_manual_compaction_is_never_thrash() -> None:
 
 def test_over_the_cap_nothing_is_asked_and_nothing_installed() -> None:
     c, saved = committer(install(1, T0 - 120), install(2, T0 - 60))
-    ctx = attrs.evolve(context(session(50, 100), c, turn=9), max_summaries_per_hour=2)
-    outcome, asked = run(ctx)
+
+    def capped() -> Case:  # each prepare starts from the session's state as it is then
+        case = context(session(50, 100), c, turn=9)
+        return attrs.evolve(case, ctx=attrs.evolve(case.ctx, max_summaries_per_hour=2))
+
+    outcome, asked = run(capped())
     assert isinstance(outcome.error, ctxfold.SummaryCapError) and not asked
     assert outcome.summary_calls == 0 and c.state.projection is None
     assert c.state.last_receipt is None and c.state.generation == 0
     assert [(r.kind, r.action) for r in c.state.telemetry][-1] == ("thrash", "cap")
-    again, asked = run(ctx)  # the cap holds for every prepare, recorded once
+    again, asked = run(capped())  # the cap holds for every prepare, recorded once
     assert isinstance(again.error, ctxfold.SummaryCapError) and not asked
     assert sum(r.action == "cap" for r in c.state.telemetry) == 1 and len(saved) == 1
 

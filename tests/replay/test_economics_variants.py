@@ -6,7 +6,7 @@ import pytest
 from benchmarks.bench_economics import DEFAULTS, VARIANTS
 
 from ctxfold.engine import review
-from ctxfold.kernel import fold, maintenance, summary
+from ctxfold.kernel import maintenance, summary
 
 
 def test_the_defaults_are_the_engine_s() -> None:
@@ -14,9 +14,9 @@ def test_the_defaults_are_the_engine_s() -> None:
     from ctxfold.kernel.config import AgentConfig
     from ctxfold.plugins.policies import ctxfold_engine
 
-    assert {"prune": maintenance.PRUNE_ALONE_RATIO, "tail": fold.TAIL_RATIO,
+    assert {"prune": maintenance.PRUNE_ALONE_RATIO, "tail": maintenance.TAIL_RATIO,
                         "briefing": summary.BRIEFING_RATIO, "facts": review.FACTS_SHARE,
-                        "head": fold.HEAD_PIN_RATIO, "ratio": AgentConfig().compact_ratio,
+                        "head": maintenance.HEAD_PIN_RATIO, "ratio": AgentConfig().compact_ratio,
                         "bound": 1.0, "offer": "auto", "cap": 0,
                         "facts_billed": ctxfold_engine.BILL_FACTS_AS_OUTPUT} == DEFAULTS
     assert bounding.TOOL_CONTENT_BOUND == 32768  # what ``bound`` scales

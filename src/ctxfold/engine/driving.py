@@ -1,75 +1,53 @@
-"""Running a maintenance generator (``ctxfold.kernel.maintenance.maintain``) to its end.
+"""The engine's one driver: runs a generator of typed steps, performing each.
 
-The generator yields a :class:`~ctxfold.kernel.types.SummaryRequest` when it needs a summary
-and :data:`~ctxfold.kernel.outcome.RESYNC` when a lost compare-and-swap means the
-transcript must be re-read; :func:`drive` answers with a synchronous summarizer,
-:func:`adrive` with an awaitable one, so both faces of ``prepare()`` share one logic.
+The fold path (:func:`ctxfold.kernel.maintenance.maintain`) and one model turn
+(:func:`ctxfold.engine.turn.turn`) are generators that do no I/O: they yield a step for each
+effect and are sent its reply, or have its :class:`~ctxfold.CtxfoldError` thrown in at the
+``yield``. :func:`adrive` runs one with an awaitable ``perform``; :func:`drive` with a
+plain one, over the same loop (an awaitable that never suspends completes in one step,
+without an event loop), so the sync and async faces of the engine share one definition.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-
-import attrs
+from collections.abc import Awaitable, Callable, Generator
+from typing import TypeVar
 
 from ctxfold.kernel.errors import CtxfoldError
-from ctxfold.kernel.outcome import RESYNC, Maintenance, Outcome
-from ctxfold.kernel.types import Message, SummaryRequest, SummaryResult
-from ctxfold.message_checks import repair_surrogates
+
+S = TypeVar("S")
+R = TypeVar("R")
 
 
-def _text_repaired(result: SummaryResult) -> SummaryResult:
-    """A summary whose text holds a lone surrogate (a model's escaped emoji split in two)
-    with it repaired: such text cannot be hashed, stored or sent as UTF-8."""
-    if isinstance(result, SummaryResult) and isinstance(result.text, str):
-        text = repair_surrogates(result.text)
-        if text is not result.text:
-            return attrs.evolve(result, text=text)
-    return result
+async def adrive(steps: Generator[S, object, R],
+                 perform: Callable[[S], Awaitable[object]]) -> R:
+    """Run ``steps`` to its end, awaiting ``perform`` of each step; return its value."""
+    answer: object = None
+    error: CtxfoldError | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(answer)
+        except StopIteration as stop:
+            result: R = stop.value
+            return result
+        answer, error = None, None
+        try:
+            answer = await perform(step)
+        except CtxfoldError as exc:
+            error = exc
 
 
-def drive(
-    steps: Maintenance,
-    summarize: Callable[[SummaryRequest], SummaryResult],
-    reread: Callable[[], Sequence[Message]],
-) -> Outcome:
-    """Run :func:`maintain` with a synchronous summarizer: :func:`adrive` over an awaitable
-    that never suspends, so it completes in one step without an event loop (one loop for
-    both faces)."""
+def drive(steps: Generator[S, object, R], perform: Callable[[S], object]) -> R:
+    """:func:`adrive` with a synchronous ``perform``, without an event loop."""
 
-    async def now(request: SummaryRequest) -> SummaryResult:
-        return summarize(request)
+    async def now(step: S) -> object:
+        return perform(step)
 
-    run = adrive(steps, now, reread)
+    run = adrive(steps, now)
     try:
         run.send(None)
     except StopIteration as stop:
-        outcome: Outcome = stop.value
-        return outcome
+        result: R = stop.value
+        return result
     run.close()
-    raise RuntimeError("maintenance suspended under a synchronous summarizer")
-
-
-async def adrive(
-    steps: Maintenance,
-    summarize: Callable[[SummaryRequest], Awaitable[SummaryResult]],
-    reread: Callable[[], Sequence[Message]],
-) -> Outcome:
-    """Run :func:`maintain` with an asynchronous summarizer."""
-    answer: object = None
-    error: CtxfoldError | None = None
-    try:
-        while True:
-            step = steps.throw(error) if error is not None else steps.send(answer)
-            answer, error = None, None
-            if step is RESYNC:
-                answer = reread()
-                continue
-            assert isinstance(step, SummaryRequest)
-            try:
-                answer = _text_repaired(await summarize(step))
-            except CtxfoldError as exc:
-                error = exc
-    except StopIteration as stop:
-        outcome: Outcome = stop.value
-        return outcome
+    raise RuntimeError("a synchronous drive suspended")

@@ -2,8 +2,9 @@
 
 It composes parts — the canonical transcript, the committer (sidecar state), the strategies
 (:class:`~ctxfold.engine.parts.SessionParts`), the view tracker, the runtime latches — and
-applies the typed outcome of :func:`ctxfold.kernel.maintenance.maintain`, the only automatic
-maintenance; everything else only reads, appends, or records statistics.
+drives :func:`ctxfold.kernel.maintenance.maintain`, the only automatic maintenance, performing
+the effects it yields (:meth:`ContextManager._perform`); everything else only reads, appends,
+or records statistics.
 """
 
 from __future__ import annotations
@@ -51,15 +52,33 @@ from ctxfold.engine.prepared import (
 )
 from ctxfold.engine.review import Reviewer
 from ctxfold.engine.sidecar import session_settings
-from ctxfold.engine.summarizing import asummarize
+from ctxfold.engine.summarizing import asummarize, text_repaired
 from ctxfold.engine.sync import Watch
 from ctxfold.engine.transcript import CallIds, Transcript, count_role, vouch
 from ctxfold.interop.usage import usage_from
-from ctxfold.kernel import fold, maintenance
+from ctxfold.kernel import maintenance
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import Estimator, Provider, Pruner, Store, Summarizer
+from ctxfold.kernel.contracts import (
+    AsyncProvider,
+    Estimator,
+    Provider,
+    Pruner,
+    Store,
+    Summarizer,
+)
 from ctxfold.kernel.errors import MaintenanceError, ProviderError
-from ctxfold.kernel.outcome import Latches, MaintenanceContext, Outcome, PrepareAction
+from ctxfold.kernel.maintenance import (
+    PROTOCOL_RESERVE,
+    AfterInstall,
+    Commit,
+    Latches,
+    MaintenanceContext,
+    Outcome,
+    PrepareAction,
+    Reread,
+    Stored,
+    Summarize,
+)
 from ctxfold.kernel.state import SidecarState
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import (
@@ -85,6 +104,7 @@ class ContextManager:
         self.pruner: Pruner = parts.pruner
         self.summarizer: Summarizer = parts.summarizer
         self._committer = loaded.committer
+        self._hooks: Any = parts.registry.pm.hook
         self._watch = Watch(parts.store, parts.session_id, loaded.revision)
         self.notices: list[str] = list(loaded.notices)
         self.config: Config = parts.config
@@ -170,7 +190,7 @@ class ContextManager:
     @property
     def hard_ceiling(self) -> int:
         """``window − 256``: above it nothing may be sent."""
-        return self.window - fold.PROTOCOL_RESERVE
+        return self.window - PROTOCOL_RESERVE
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -264,17 +284,29 @@ class ContextManager:
             session_id=self.session_id, trigger=trigger, focus=focus, window=self.window,
             trigger_tokens=self.trigger_tokens, turn=self._turn, latches=self._latches,
             tools=tools, canonical=self._canonical, estimator=self.estimator,
-            pruner=self.pruner, committer=self._committer, count=self._count,
+            pruner=self.pruner, count=self._count, state=self.state,
+            transcript_version=self._committer.transcript_version,
+            cached_tokens=self._committer.cached_tokens, clock=self._committer.clock,
             review=Reviewer(self.config.checkpoint, self._count),
             max_summaries_per_hour=self.config.checkpoint.max_summaries_per_hour,
         )
         return maintenance.maintain(context, view, tokens)
 
-    def _reread(self) -> Transcript:
-        """After a lost compare-and-swap: take over the stored transcript and sidecar."""
-        self._watch.stale = True
-        self._sync()
-        return self._canonical
+    def _perform(self, step: object) -> object:
+        """Perform a maintenance step other than a summary: a compare-and-swap commit, the
+        re-read after a lost one, the install hook."""
+        if isinstance(step, Commit):
+            return self._committer.commit(step)
+        if isinstance(step, Reread):  # take over the stored transcript and sidecar
+            self._watch.stale = True
+            self._sync()
+            return Stored(self._canonical, self.state, self._committer.transcript_version)
+        if isinstance(step, AfterInstall):
+            if self._hooks is not None:
+                self._hooks.ctxfold_after_install(session_id=self.session_id,
+                                                  receipt=step.receipt)
+            return None
+        raise TypeError(f"not a maintenance step: {step!r}")
 
     def _apply(self, outcome: Outcome, tools: tuple[ToolSchema, ...],
                trigger: Trigger) -> PreparedRequest:
@@ -299,7 +331,7 @@ class ContextManager:
             raise outcome.error
         if trigger != "manual":
             self._committer.count_request()
-        hooks = self._committer.hooks
+        hooks = self._hooks
         if hooks is not None and prepared.action is not PrepareAction.NONE:  # below: no event
             hooks.ctxfold_after_prepare(session_id=self.session_id, messages=prepared.messages,
                                         tokens=prepared.tokens)
@@ -310,8 +342,12 @@ class ContextManager:
         with self._lock:
             self._sync()
             tools = self.request_tools()
-            outcome = driving.drive(self._maintenance(trigger, focus, tools),
-                                    self.summarizer.summarize, self._reread)
+            def perform(step: maintenance.Step) -> object:
+                if isinstance(step, Summarize):
+                    return text_repaired(self.summarizer.summarize(step.request))
+                return self._perform(step)
+
+            outcome = driving.drive(self._maintenance(trigger, focus, tools), perform)
             return self._apply(outcome, tools, trigger)
 
     def compact(self, focus: str | None = None) -> PreparedRequest:
@@ -327,9 +363,13 @@ class ContextManager:
             with self._lock:
                 self._sync()
                 tools = self.request_tools()
-            steps = self._maintenance(trigger, focus, tools)
-            outcome = await driving.adrive(
-                steps, lambda request: asummarize(self.summarizer, request), self._reread)
+
+            async def perform(step: maintenance.Step) -> object:
+                if isinstance(step, Summarize):
+                    return text_repaired(await asummarize(self.summarizer, step.request))
+                return self._perform(step)
+
+            outcome = await driving.adrive(self._maintenance(trigger, focus, tools), perform)
             with self._lock:
                 return self._apply(outcome, tools, trigger)
 
@@ -469,14 +509,21 @@ class ContextManager:
         self.learned_window = turns.learn(step, self.learned_window, self.estimator)
 
     def _before_request(self, provider: Provider, request: ChatRequest) -> None:
-        turns.before_request(self._committer.hooks, self.session_id, provider, request)
+        turns.before_request(self._hooks, self.session_id, provider, request)
 
     def complete(self, provider: Provider, *, max_output_tokens: int | None = None) -> ChatResponse:
         """Prepare, send to ``provider``, recover from overflow (design §7.3), append the reply
         and observe its usage."""
-        response = turns.drive(turns.turn(self._turn_context(max_output_tokens)),
-                               provider=provider, observe=self._before_request,
-                               prepare=self.prepare, learn=self._learn)
+        def perform(step: turns.TurnStep) -> object:
+            if isinstance(step, turns.Send):
+                self._before_request(provider, step.request)
+                return provider.complete(step.request)
+            if isinstance(step, turns.Prepare):
+                return self.prepare(step.trigger)
+            self._learn(step)
+            return None
+
+        response = driving.drive(turns.turn(self._turn_context(max_output_tokens)), perform)
         self.append(response.message)
         self.observe_usage(response.usage)
         return response
@@ -485,9 +532,19 @@ class ContextManager:
         self, provider: Provider, *, max_output_tokens: int | None = None
     ) -> ChatResponse:
         """:meth:`complete` for an event loop (a sync provider runs in a worker thread)."""
-        response = await turns.adrive(turns.turn(self._turn_context(max_output_tokens)),
-                                      provider=provider, observe=self._before_request,
-                                      prepare=self.aprepare, learn=self._learn)
+        async def perform(step: turns.TurnStep) -> object:
+            if isinstance(step, turns.Send):
+                self._before_request(provider, step.request)
+                if isinstance(provider, AsyncProvider):
+                    return await provider.acomplete(step.request)
+                return await asyncio.to_thread(provider.complete, step.request)
+            if isinstance(step, turns.Prepare):
+                return await self.aprepare(step.trigger)
+            self._learn(step)
+            return None
+
+        response = await driving.adrive(turns.turn(self._turn_context(max_output_tokens)),
+                                        perform)
         self.append(response.message)
         self.observe_usage(response.usage)
         return response

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from ctxfold.capabilities.bounding import bound_new_message
+from ctxfold.engine.committer import Committer
 from ctxfold.engine.sidecar import read_sidecar, sidecar_bytes, sidecar_state
 from ctxfold.engine.summarizing import (
     CallableSummarizer,
@@ -27,7 +28,6 @@ from ctxfold.engine.summarizing import (
 )
 from ctxfold.engine.transcript import Transcript, load_canonical, with_role
 from ctxfold.interop.coerce import to_messages, to_tools
-from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, Pruner, SidecarCodec, Store, Summarizer
 from ctxfold.kernel.errors import ConfigError, CtxfoldError, MessageError, SessionError
@@ -289,8 +289,6 @@ def load_session(parts: SessionParts, *, create: bool) -> LoadedSession:
         state,
         save=save,
         reload=reload,
-        hooks=parts.registry.pm.hook,
-        session_id=session_id,
         clock=parts.clock,
     )
     # The very transcript the projection was validated against: its covered-prefix hash is

@@ -15,9 +15,8 @@ from ctxfold.interop.parts import chat_messages
 from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator
-from ctxfold.kernel.fold import PROTOCOL_RESERVE
 from ctxfold.kernel.kinds import ProviderDefaults
-from ctxfold.kernel.outcome import Outcome, PrepareAction
+from ctxfold.kernel.maintenance import PROTOCOL_RESERVE, Outcome, PrepareAction
 from ctxfold.kernel.state import CacheState, Projection, label_cache
 from ctxfold.kernel.types import (
     MIN_CALIBRATION_TOKENS,

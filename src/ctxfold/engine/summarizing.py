@@ -14,12 +14,15 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
+
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import AsyncSummarizer, Summarizer
 from ctxfold.kernel.errors import ConfigError, CtxfoldError, SummarizerError
 from ctxfold.kernel.kinds import SUMMARIZER
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.types import SummaryRequest, SummaryResult
+from ctxfold.message_checks import repair_surrogates
 from ctxfold.secrets import redact_text
 
 SummarizeFn = Callable[[SummaryRequest], "str | SummaryResult | Awaitable[str | SummaryResult]"]
@@ -90,6 +93,16 @@ async def asummarize(summarizer: Summarizer, request: SummaryRequest) -> Summary
     if isinstance(summarizer, AsyncSummarizer):
         return await summarizer.asummarize(request)
     return await asyncio.to_thread(summarizer.summarize, request)
+
+
+def text_repaired(result: SummaryResult) -> SummaryResult:
+    """A summary whose text holds a lone surrogate (a model's escaped emoji split in two)
+    with it repaired: such text cannot be hashed, stored or sent as UTF-8."""
+    if isinstance(result, SummaryResult) and isinstance(result.text, str):
+        text = repair_surrogates(result.text)
+        if text is not result.text:
+            return attrs.evolve(result, text=text)
+    return result
 
 
 def refuse_loopback_summaries(config: Config, registry: Registry) -> None:

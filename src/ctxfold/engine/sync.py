@@ -20,9 +20,9 @@ transcript.
 
 from __future__ import annotations
 
+from ctxfold.engine.committer import Committer
 from ctxfold.engine.sidecar import validate_projection
 from ctxfold.engine.transcript import Transcript, load_canonical
-from ctxfold.kernel.commit import Committer
 from ctxfold.kernel.contracts import Store
 from ctxfold.kernel.errors import AppendError
 from ctxfold.kernel.types import Appended, Message

@@ -8,7 +8,8 @@ single retry. A partial assistant message from a broken stream is never recorded
 :func:`turn` is a generator, so the sync and async faces of the engine share this logic: it
 yields :class:`Send` (and is sent the :class:`~ctxfold.kernel.types.ChatResponse`, or has the
 :class:`~ctxfold.ContextLimitError` thrown in), :class:`Prepare` (sent the prepared request) and
-:class:`Learn` (nothing sent back), and returns the response to append.
+:class:`Learn` (nothing sent back), and returns the response to append; the engine's one
+driver (:mod:`ctxfold.engine.driving`) performs the steps.
 
 An overflow error without numbers (OpenAI's ``context_length_exceeded``) proves only that the
 window is below the request. Every request ctxfold sends fills its window (prompt + output
@@ -23,17 +24,16 @@ cannot fold enough, and the error says which window was assumed.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import attrs
 
 from ctxfold.engine.prepared import PreparedRequest
 from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import AsyncProvider, Estimator, Provider, ShowsBody
-from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError, CtxfoldError
-from ctxfold.kernel.fold import PROTOCOL_RESERVE, TAIL_RATIO
+from ctxfold.kernel.contracts import Estimator, Provider, ShowsBody
+from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError
+from ctxfold.kernel.maintenance import PROTOCOL_RESERVE, TAIL_RATIO
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, RequestShape, Trigger, Usage
 
 #: Output room that must remain for a clip-and-retry to make sense (design §7.3).
@@ -102,7 +102,8 @@ def room(window: int, prompt_tokens: int) -> int:
     return max(1, window - prompt_tokens - PROTOCOL_RESERVE)
 
 
-TurnSteps = Generator["Send | Prepare | Learn", object, ChatResponse]
+TurnStep = Send | Prepare | Learn
+TurnSteps = Generator[TurnStep, object, ChatResponse]
 
 
 def turn(ctx: TurnContext) -> TurnSteps:
@@ -199,76 +200,6 @@ def _assumed(ctx: TurnContext, unknown: bool) -> str:
     return (f"; the provider's error gave no token counts, so the window was assumed to be "
             f"{ctx.window()} tokens ({UNKNOWN_WINDOW_FRACTION:.0%} of the rejected request): "
             "set [provider] context_window to the model's real window")
-
-
-def drive(
-    steps: TurnSteps,
-    *,
-    provider: Provider,
-    observe: Callable[[Provider, ChatRequest], None],
-    prepare: Callable[[Trigger], PreparedRequest],
-    learn: Callable[[Learn], None],
-) -> ChatResponse:
-    """Run :func:`turn` against ``provider``; ``observe`` sees each request before it goes."""
-    answer: object = None
-    error: CtxfoldError | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(answer)
-        except StopIteration as stop:
-            response: ChatResponse = stop.value
-            return response
-        answer, error = None, None
-        if isinstance(step, Send):
-            observe(provider, step.request)
-            try:
-                answer = provider.complete(step.request)
-            except ContextLimitError as exc:
-                error = exc
-        elif isinstance(step, Prepare):
-            try:
-                answer = prepare(step.trigger)
-            except CompactionRequiredError as exc:  # the turn adds what it learned, re-raises
-                error = exc
-        else:
-            learn(step)
-
-
-async def adrive(
-    steps: TurnSteps,
-    *,
-    provider: Provider,
-    observe: Callable[[Provider, ChatRequest], None],
-    prepare: Callable[[Trigger], Awaitable[PreparedRequest]],
-    learn: Callable[[Learn], None],
-) -> ChatResponse:
-    """:func:`drive` for an event loop: an :class:`AsyncProvider` is awaited, a plain
-    provider runs in a worker thread."""
-    answer: object = None
-    error: CtxfoldError | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(answer)
-        except StopIteration as stop:
-            response: ChatResponse = stop.value
-            return response
-        answer, error = None, None
-        if isinstance(step, Send):
-            observe(provider, step.request)
-            try:
-                if isinstance(provider, AsyncProvider):
-                    answer = await provider.acomplete(step.request)
-                else:
-                    answer = await asyncio.to_thread(provider.complete, step.request)
-            except ContextLimitError as exc:
-                error = exc
-        elif isinstance(step, Prepare):
-            try:
-                answer = await prepare(step.trigger)
-            except CompactionRequiredError as exc:
-                error = exc
-        else:
-            learn(step)
 
 
 def learn(step: Learn, learned_window: int | None, estimator: Estimator) -> int | None:

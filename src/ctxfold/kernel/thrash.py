@@ -5,9 +5,10 @@ Runaway loops of 18–108 compactions a night are reported of agents that have n
 each checkpoint leaves a view the next turn or two fill up again, and every fold pays for a
 summary. Detection reads only what the session recorded — its sidecar telemetry — so it
 survives a restart and sees the folds of other processes sharing the session. What is done
-about it is :meth:`ctxfold.kernel.operations.Run.fold`'s: a ``thrash`` telemetry record, a
-checkpoint that keeps a smaller verbatim tail (:data:`ctxfold.kernel.fold.THRASH_TAIL_RATIO`),
-and :class:`~ctxfold.kernel.errors.SummaryCapError` before a summary over the cap is asked for.
+about it is :meth:`ctxfold.kernel.maintenance.Run.fold`'s: a ``thrash`` telemetry record, a
+checkpoint that keeps a smaller verbatim tail
+(:data:`ctxfold.kernel.maintenance.THRASH_TAIL_RATIO`), and
+:class:`~ctxfold.kernel.errors.SummaryCapError` before a summary over the cap is asked for.
 """
 
 from __future__ import annotations
