@@ -41,3 +41,35 @@ def test_the_kernel_names_no_built_in_plugin() -> None:
         for p in (SRC / "kernel").glob("*.py")
     }
     assert {module: names for module, names in named.items() if names} == {}
+
+
+def test_the_fold_path_does_no_io() -> None:
+    """``kernel/maintenance.py`` imports nothing that reads or writes: every effect is a
+    step its driver performs (docs/architecture.md, "The fold path")."""
+    import ast
+
+    tree = ast.parse((SRC / "kernel" / "maintenance.py").read_text())
+    imported = {
+        alias.name if isinstance(node, ast.Import) else str(node.module)
+        for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    outside = {m for m in imported if not m.startswith("ctxfold.kernel")}
+    assert outside <= {"__future__", "enum", "math", "time", "collections.abc", "typing",
+                       "attrs"}
+    from ctxfold.kernel import maintenance
+
+    assert "Committer" not in vars(maintenance)  # the writes are the engine's
+
+
+def test_architecture_lists_every_kernel_and_engine_module() -> None:
+    """The module tables of docs/architecture.md name exactly the modules there are."""
+    import re
+
+    text = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    for package, heading in (("kernel", "## Kernel modules"), ("engine", "## Engine")):
+        section = text[text.index(heading):]
+        section = section[:section.index("\n## ", 1)]
+        listed = set(re.findall(r"^\| `([a-z_]+\.py)`", section, re.MULTILINE))
+        present = {p.name for p in (SRC / package).glob("*.py") if p.name != "__init__.py"}
+        assert listed == present, package

@@ -14,7 +14,7 @@ from tests.conftest import RecordingSummarizer
 from ctxfold.engine.manager import ContextManager
 from ctxfold.interop.chat import message_to_openai
 from ctxfold.kernel.errors import CompactionRequiredError, ProviderError, StoreError
-from ctxfold.kernel.state import CacheState, ReceiptAction, ReceiptStatus
+from ctxfold.kernel.state import Action, CacheState
 from ctxfold.kernel.types import Message, SummaryResult, ToolCall
 
 MARKER = "[... tool result middle pruned ...]"
@@ -92,8 +92,8 @@ def test_pressure_prune_clears_pressure_without_summary(open_session) -> None:
     assert prepared.tokens < cm.trigger_tokens
     assert sum(MARKER in m.content for m in prepared.messages) == 8
     receipt = cm.state.last_receipt
-    assert receipt is not None and receipt.action is ReceiptAction.PRUNE
-    assert receipt.status is ReceiptStatus.APPLIED and receipt.affected_tool_results == 8
+    assert receipt is not None and receipt.action is Action.PRUNE
+    assert receipt.status is Action.APPLIED and receipt.affected_tool_results == 8
     assert receipt.cache_break
     # Canonical untouched: the full bounded content is still there.
     assert all(MARKER not in m.content for m in cm.canonical)
@@ -138,8 +138,8 @@ def test_prune_survives_failed_summary_and_restart(open_session) -> None:
     # The summary failed, so the prune (above the prune-alone target) was installed alone
     # after it: the failure stays in the telemetry, the last receipt is the prune's.
     receipt = cm.state.last_receipt
-    assert receipt is not None and receipt.status is ReceiptStatus.APPLIED
-    assert receipt.action is ReceiptAction.PRUNE
+    assert receipt is not None and receipt.status is Action.APPLIED
+    assert receipt.action is Action.PRUNE
     assert any(t.action == "summary:failed" for t in cm.state.telemetry)
     again = open_session(window=30_000, ratio=0.5, summarizer=RecordingSummarizer())
     assert again.state.projection is not None
@@ -172,7 +172,7 @@ def test_truncated_summary_one_call_installs_nothing(open_session) -> None:
     assert len(summarizer.requests) == 1
     assert cm.state.projection is None
     assert cm.state.last_receipt is not None
-    assert cm.state.last_receipt.status is ReceiptStatus.BLOCKED
+    assert cm.state.last_receipt.status is Action.BLOCKED
     assert canonical_bytes(cm) == before
 
 
@@ -187,7 +187,7 @@ def test_sidecar_write_failure_rolls_back(open_session) -> None:
         cm.prepare()
     assert cm.state.projection is None
     last = cm.state.last_receipt
-    assert last is None or last.status is not ReceiptStatus.APPLIED
+    assert last is None or last.status is not Action.APPLIED
     assert canonical_bytes(cm) == before
 
 
@@ -206,7 +206,7 @@ def test_cas_loss_records_blocked_and_keeps_newer_state(open_session) -> None:
     summarizer.before = race
     cm.prepare()
     receipt = cm.state.last_receipt
-    assert receipt is not None and receipt.status is ReceiptStatus.BLOCKED
+    assert receipt is not None and receipt.status is Action.BLOCKED
     assert "context changed" in receipt.reason
     # The winner's append reaches this process's next request too.
     assert cm.canonical[-1].content == "appended by the other process"
@@ -400,7 +400,7 @@ def test_manual_compact_with_nothing_to_fold_is_a_noop_receipt(open_session) -> 
     rounds(cm, 2, 200)
     prepared = cm.compact()
     receipt = cm.state.last_receipt
-    assert receipt is not None and receipt.status is ReceiptStatus.NOOP
+    assert receipt is not None and receipt.status is Action.NOOP
     assert "nothing to fold" in receipt.reason and prepared.projection_version == 0
 
 

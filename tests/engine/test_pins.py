@@ -22,7 +22,7 @@ from ctxfold.engine.pins import (
 )
 from ctxfold.kernel.config import CheckpointConfig
 from ctxfold.kernel.errors import MessageError
-from ctxfold.kernel.state import ReceiptStatus
+from ctxfold.kernel.state import Action
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import Message, PinBlock, ToolCall
 
@@ -172,5 +172,5 @@ def test_a_fold_whose_candidate_lacks_a_pinned_rule_is_not_installed(open_sessio
     prepared = cm.compact()
     assert cm.state.projection is None and prepared.action.value == "blocked"
     receipt = cm.state.last_receipt
-    assert receipt.status is ReceiptStatus.BLOCKED
+    assert receipt.status is Action.BLOCKED
     assert receipt.reason == f"checkpoint candidate lacks the pinned rule {RULE!r}"

@@ -15,7 +15,7 @@ from typing import Any
 from tests.conftest import RecordingSummarizer, make_config
 
 import ctxfold
-from ctxfold.kernel.state import ReceiptStatus
+from ctxfold.kernel.state import Action
 from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs import FsStore
 
@@ -96,7 +96,7 @@ def test_an_install_that_loses_to_another_process_is_blocked_and_its_view_comple
     summarizer.before = race
     prepared = a.compact()
     receipt = a.state.last_receipt
-    assert receipt is not None and receipt.status is ReceiptStatus.BLOCKED
+    assert receipt is not None and receipt.status is Action.BLOCKED
     assert prepared.messages[-1].content == "from b"
     stored = json.loads(sidecar(a).read_text())
     assert stored["projection"]["projection_version"] == 1  # b's install was not overwritten
@@ -184,7 +184,7 @@ def test_a_receipt_another_process_records_meanwhile_does_not_defeat_an_install(
     summarizer.before = race
     prepared = a.compact()
     receipt = a.state.last_receipt
-    assert receipt is not None and receipt.status is ReceiptStatus.APPLIED
+    assert receipt is not None and receipt.status is Action.APPLIED
     stored = json.loads(sidecar(a).read_text())
     assert stored["projection"]["projection_version"] == 1
     assert [t["kind"] for t in stored["telemetry"]][-2:] == ["resume", "install"]
@@ -339,4 +339,4 @@ def test_a_prepare_that_loses_its_install_above_the_hard_ceiling_tries_again(
     assert prepared.tokens < a.hard_ceiling
     assert prepared.messages[-1].content.startswith("b24 ")
     receipt = a.state.last_receipt
-    assert receipt is not None and receipt.status is ReceiptStatus.APPLIED
+    assert receipt is not None and receipt.status is Action.APPLIED

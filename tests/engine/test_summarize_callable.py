@@ -11,7 +11,7 @@ from tests.conftest import make_config
 
 import ctxfold
 from ctxfold import ConfigError, SummaryRequest, SummaryResult
-from ctxfold.kernel.state import ReceiptStatus
+from ctxfold.kernel.state import Action
 
 
 def seed(cm: ctxfold.ContextManager, rounds: int = 30, size: int = 1500) -> None:
@@ -75,7 +75,7 @@ def test_an_async_callable_under_a_running_loop_asks_for_aprepare(tmp_path) -> N
     prepared = asyncio.run(inside_a_loop())
     receipt = cm.state.last_receipt
     assert prepared.action == "failed" and receipt is not None
-    assert receipt.status is ReceiptStatus.FAILED and "await cm.aprepare()" in receipt.reason
+    assert receipt.status is Action.FAILED and "await cm.aprepare()" in receipt.reason
 
 
 def test_a_raising_callable_installs_nothing_and_the_receipt_says_why(tmp_path) -> None:

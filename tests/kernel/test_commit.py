@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import attrs
 import pytest
-
 from tests.kernel.test_maintenance import context, performer, session
 
 from ctxfold.engine import driving
@@ -15,11 +14,10 @@ from ctxfold.kernel.errors import StaleContextError
 from ctxfold.kernel.fingerprint import covered_prefix_hash
 from ctxfold.kernel.maintenance import Capture, Commit, installed, recorded
 from ctxfold.kernel.state import (
+    Action,
     CacheState,
     Projection,
     Receipt,
-    ReceiptAction,
-    ReceiptStatus,
     SidecarState,
     TelemetryRecord,
 )
@@ -74,8 +72,8 @@ def install(c: Committer, captured: Capture, covered: int = 2) -> Receipt:
     projection = Projection(
         messages=(CANONICAL[0], Message(role="user", content="sum")), projection_version=version,
         covered_count=covered, covered_prefix_hash=covered_prefix_hash(CANONICAL, covered))
-    receipt = Receipt(operation_id="", status=ReceiptStatus.APPLIED, projection_version=version,
-                      action=ReceiptAction.SUMMARY, input_hash="in", cache_break=True)
+    receipt = Receipt(operation_id="", status=Action.APPLIED, projection_version=version,
+                      action=Action.SUMMARY, input_hash="in", cache_break=True)
     state = c.commit(Commit(installed(captured, projection, receipt),
                             record=TelemetryRecord(kind="install"), captured=captured))
     assert state.last_receipt is not None
@@ -84,8 +82,8 @@ def install(c: Committer, captured: Capture, covered: int = 2) -> Receipt:
 
 def record(c: Committer, input_hash: str = "h",
            telemetry: TelemetryRecord | None = None) -> Receipt:
-    receipt = Receipt(operation_id="", status=ReceiptStatus.BLOCKED,
-                      action=ReceiptAction.SUMMARY, input_hash=input_hash, reason="why")
+    receipt = Receipt(operation_id="", status=Action.BLOCKED,
+                      action=Action.SUMMARY, input_hash=input_hash, reason="why")
     state = c.commit(Commit(recorded(receipt, c.stamp()), record=telemetry))
     assert state.last_receipt is not None
     return state.last_receipt
@@ -95,7 +93,7 @@ def test_a_clean_install_bumps_version_and_generation_and_persists() -> None:
     disk = Disk()
     c = committer(disk)
     receipt = install(c, capture(c))
-    assert receipt.status is ReceiptStatus.APPLIED and receipt.cache_break
+    assert receipt.status is Action.APPLIED and receipt.cache_break
     assert (receipt.projection_version, receipt.generation) == (1, 1)
     projection = c.state.projection
     assert projection is not None and projection.covered_count == 2
@@ -203,7 +201,7 @@ def test_a_repeated_failure_for_the_same_view_is_recorded_once() -> None:
     run = maintenance.Run(case.ctx, list(case.ctx.canonical), 10)
 
     def receipt() -> None:
-        driving.drive(run.receipt(ReceiptStatus.BLOCKED, "why", ReceiptAction.SUMMARY),
+        driving.drive(run.receipt(Action.BLOCKED, "why", Action.SUMMARY),
                       performer(case, None))  # type: ignore[arg-type]
 
     receipt()

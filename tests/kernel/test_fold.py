@@ -1,5 +1,5 @@
 """Fold planning rules (design §4.1–§4.3, §4.7), tested on the pure functions of
-``ctxfold.kernel.fold``.
+the fold path (``ctxfold.kernel.maintenance``, section 7).
 
 Every message counts its content length in tokens, so each expectation can be worked out by
 hand.

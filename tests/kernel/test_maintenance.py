@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-import pytest
-
 import attrs
+import pytest
 
 from ctxfold.engine import driving
 from ctxfold.engine.committer import Committer
@@ -27,13 +26,12 @@ from ctxfold.kernel.maintenance import (
     Commit,
     Latches,
     MaintenanceContext,
-    PrepareAction,
     Reread,
     Step,
     Stored,
     Summarize,
 )
-from ctxfold.kernel.state import ReceiptStatus, SidecarState
+from ctxfold.kernel.state import Action, SidecarState
 from ctxfold.kernel.types import (
     Message,
     RequestShape,
@@ -150,21 +148,21 @@ def test_below_the_trigger_nothing_is_written_and_latches_clear() -> None:
     c, saved = new_committer()
     latches = Latches(stuck_hash="x", failed_turn=1, summary_turn=1)
     outcome, asked = run(context(session(3, 100), c, latches=latches))
-    assert outcome.action is PrepareAction.NONE and not asked and not saved
+    assert outcome.action is Action.NONE and not asked and not saved
     assert outcome.latches == Latches(summary_turn=1)  # the summary turn survives
 
 
 def test_prune_first_and_stop_when_it_clears_the_pressure() -> None:
     c, saved = new_committer()
     outcome, asked = run(context(session(10, 800), c, pruner=HalveTools()))  # 8012 → 4012
-    assert outcome.action is PrepareAction.PRUNE and outcome.pruned and not asked
+    assert outcome.action is Action.PRUNE and outcome.pruned and not asked
     assert outcome.tokens < 5000 and len(saved) == 1
 
 
 def test_a_fold_installs_one_checkpoint_below_the_trigger() -> None:
     c, _saved = new_committer()
     outcome, asked = run(context(session(10, 800), c))
-    assert outcome.action is PrepareAction.SUMMARY and len(asked) == 1
+    assert outcome.action is Action.SUMMARY and len(asked) == 1
     assert outcome.tokens < 5000 and outcome.summary_calls == 1
     assert outcome.latches.summary_turn == 1
 
@@ -177,9 +175,9 @@ def test_at_most_two_summaries_under_pressure_then_the_stuck_latch() -> None:
     answers = [SummaryResult(text="x" * 2000), SummaryResult(text="y" * 4300),
                SummaryResult(text="z" * 10)]
     outcome, asked = run(context(session(11, 800), c), answers)
-    assert len(asked) == 2 and outcome.action is PrepareAction.SUMMARY
+    assert len(asked) == 2 and outcome.action is Action.SUMMARY
     last = c.state.last_receipt
-    assert last is not None and last.status is ReceiptStatus.BLOCKED
+    assert last is not None and last.status is Action.BLOCKED
     assert "remains above fold trigger after 2 attempts" in last.reason
     assert outcome.latches.stuck_hash
 
@@ -187,22 +185,22 @@ def test_at_most_two_summaries_under_pressure_then_the_stuck_latch() -> None:
 def test_one_turn_never_pays_two_automatic_summaries() -> None:
     c, _saved = new_committer()
     outcome, asked = run(context(session(10, 800), c, latches=Latches(summary_turn=1)))
-    assert not asked and outcome.action is PrepareAction.NONE
+    assert not asked and outcome.action is Action.NONE
 
 
 def test_a_failed_view_is_not_retried_in_the_same_generation() -> None:
     c, _saved = new_committer()
     first, asked = run(context(session(10, 800), c), [ProviderError("down")])
-    assert first.action is PrepareAction.FAILED and len(asked) == 1
+    assert first.action is Action.FAILED and len(asked) == 1
     again, asked = run(context(session(10, 800), c, turn=2, latches=first.latches))
-    assert not asked and again.action is PrepareAction.NONE
+    assert not asked and again.action is Action.NONE
 
 
 def test_a_truncated_summary_is_blocked_and_installs_nothing() -> None:
     c, saved = new_committer()
     outcome, _ = run(context(session(10, 800), c),
                      [SummaryResult(text="partial", finish_reason="length")])
-    assert outcome.action is PrepareAction.BLOCKED and c.state.projection is None
+    assert outcome.action is Action.BLOCKED and c.state.projection is None
     assert saved and all(s.projection is None for s in saved)
 
 
@@ -241,7 +239,7 @@ def test_a_lost_compare_and_swap_asks_for_the_stored_transcript() -> None:
     with pytest.raises(StopIteration) as stop:
         steps.send(c.commit(receipt))
     outcome = stop.value.value
-    assert outcome.view[-1] == appended and outcome.action is PrepareAction.BLOCKED
+    assert outcome.view[-1] == appended and outcome.action is Action.BLOCKED
 
 
 def test_a_transcript_that_grew_during_the_summary_makes_the_install_lose() -> None:
@@ -260,7 +258,7 @@ def test_a_transcript_that_grew_during_the_summary_makes_the_install_lose() -> N
     view = visible_view(None, canonical)
     outcome = driving.drive(maintenance.maintain(case.ctx, view, len("".join(
         m.content for m in view))), performer(case, summarize))  # type: ignore[arg-type]
-    assert outcome.action is PrepareAction.BLOCKED and outcome.view[-1] == appended
+    assert outcome.action is Action.BLOCKED and outcome.view[-1] == appended
     assert c.state.projection is None and all(s.projection is None for s in saved)
 
 
@@ -291,7 +289,7 @@ def test_a_prune_that_lands_below_the_prune_alone_target_is_installed_alone() ->
     c, saved = new_committer()
     # trigger 8000, prune-alone target 5000 (50% of the window): 9725 → 4925
     outcome, asked = run(context(session(12, 800), c, ratio=0.8, pruner=HalveTools()))
-    assert outcome.action is PrepareAction.PRUNE and not asked and len(saved) == 1
+    assert outcome.action is Action.PRUNE and not asked and len(saved) == 1
 
 
 def test_a_prune_that_only_clears_the_trigger_goes_inside_the_checkpoint() -> None:
@@ -299,7 +297,7 @@ def test_a_prune_that_only_clears_the_trigger_goes_inside_the_checkpoint() -> No
     # 13325 → 6725 after pruning: under the trigger (8000) but above the target (5000), so
     # the old rule's prune-alone install (which breaks the cache for a few turns) is not made
     outcome, asked = run(context(session(12, 1100), c, ratio=0.8, pruner=HalveTools()))
-    assert outcome.action is PrepareAction.SUMMARY and len(asked) == 1
+    assert outcome.action is Action.SUMMARY and len(asked) == 1
     installs = [s for s in saved if s.last_receipt and s.last_receipt.status.value == "applied"]
     assert len(installs) == 1 and outcome.pruned  # one install: the prune is inside it
     body = c.state.projection.messages  # type: ignore[union-attr]
@@ -313,7 +311,7 @@ def test_when_no_checkpoint_can_be_made_the_prune_is_installed_after_all() -> No
     c, _saved = new_committer()
     outcome, asked = run(context(session(12, 1100), c, ratio=0.8, pruner=HalveTools()),
                          [SummaryResult(text="")])  # the summary fails
-    assert len(asked) == 1 and outcome.pruned and outcome.action is PrepareAction.PRUNE
+    assert len(asked) == 1 and outcome.pruned and outcome.action is Action.PRUNE
     assert outcome.tokens < 8000
     receipt = c.state.last_receipt
     assert receipt is not None and receipt.action.value == "prune"

@@ -17,8 +17,7 @@ import ctxfold
 from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance, thrash
 from ctxfold.kernel.config import CheckpointConfig, Config
-from ctxfold.kernel.maintenance import PrepareAction
-from ctxfold.kernel.state import SidecarState, TelemetryRecord
+from ctxfold.kernel.state import Action, SidecarState, TelemetryRecord
 from ctxfold.kernel.summary import wrap_summary
 from ctxfold.kernel.types import Message, ToolCall, utc_time
 
@@ -119,7 +118,7 @@ def test_a_refilled_checkpoint_is_recorded_and_the_next_one_keeps_a_smaller_tail
     calm_outcome, calm_asked = run(context(canonical, calm, turn=9))
     hot, _ = committer(install(8))
     hot_outcome, hot_asked = run(context(canonical, hot, turn=9))
-    assert calm_outcome.action is hot_outcome.action is PrepareAction.SUMMARY
+    assert calm_outcome.action is hot_outcome.action is Action.SUMMARY
     assert len(calm_asked) == len(hot_asked) == 1
     assert hot_outcome.tokens < calm_outcome.tokens
     assert hot.state.projection is not None and calm.state.projection is not None
@@ -143,7 +142,7 @@ def test_a_fold_of_mostly_the_previous_summary_widens_too() -> None:
                  summary, *session(9, 200)[2:]]
     c, _ = committer()  # no install recorded: only the region tells
     outcome, asked = run(context(canonical, c, ratio=0.4))
-    assert outcome.action is PrepareAction.SUMMARY and len(asked) == 1
+    assert outcome.action is Action.SUMMARY and len(asked) == 1
     (record,) = [r for r in c.state.telemetry if r.kind == "thrash"]
     assert record.action == "same-span"
     assert c.state.projection is not None
@@ -153,7 +152,7 @@ def test_a_fold_of_mostly_the_previous_summary_widens_too() -> None:
 def test_a_manual_compaction_is_never_thrash() -> None:
     c, _ = committer(install(8))
     outcome, asked = run(context(session(50, 100), c, trigger="manual", turn=9))
-    assert outcome.action is PrepareAction.SUMMARY and len(asked) == 1
+    assert outcome.action is Action.SUMMARY and len(asked) == 1
     assert not [r for r in c.state.telemetry if r.kind == "thrash"]
 
 
@@ -284,7 +283,7 @@ def test_a_thrash_note_that_loses_to_another_process_leaves_its_checkpoint_alone
     a = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
     seed(a)
     rounds(a, 40, 1_500)
-    assert a.prepare().action is PrepareAction.SUMMARY
+    assert a.prepare().action is Action.SUMMARY
     for i in range(3):
         a.append(Message(role="user", content=" ".join(f"w{i}x{j}" for j in range(3000))),
                  Message(role="assistant", content="ok"))
@@ -300,6 +299,6 @@ def test_a_thrash_note_that_loses_to_another_process_leaves_its_checkpoint_alone
         return seen
 
     monkeypatch.setattr(thrash, "refilled", racing)
-    assert a.prepare().action is not PrepareAction.SUMMARY
+    assert a.prepare().action is not Action.SUMMARY
     stored = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
     assert raced and stored.state.projection.projection_version == raced[0]  # B's stands

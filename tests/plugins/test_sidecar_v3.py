@@ -18,11 +18,12 @@ from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
 from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.state import (
+    RECEIPT_ACTIONS,
+    RECEIPT_STATUSES,
+    Action,
     CacheState,
     Projection,
     Receipt,
-    ReceiptAction,
-    ReceiptStatus,
     SidecarState,
     TelemetryRecord,
 )
@@ -113,8 +114,8 @@ def test_v2_with_legacy_snip_receipt(codec: SidecarV3Codec) -> None:
     assert state.projection.projection_version == 2
     assert state.last_receipt == Receipt(
         operation_id="op-legacy-7",
-        status=ReceiptStatus.APPLIED,
-        action=ReceiptAction.PRUNE,  # the legacy "snip" reads as what it did
+        status=Action.APPLIED,
+        action=Action.PRUNE,  # the legacy "snip" reads as what it did
         trigger="snip",
         projection_version=2,
         covered_count=4,
@@ -136,7 +137,7 @@ def test_v3_is_byte_stable(codec: SidecarV3Codec) -> None:
     assert state.last_cache_state is CacheState.WARM
     assert state.projection is not None and state.projection.messages == BODY
     assert state.last_receipt is not None
-    assert state.last_receipt.action is ReceiptAction.SUMMARY
+    assert state.last_receipt.action is Action.SUMMARY
     assert state.last_receipt.saved_tokens == 4710 and state.last_receipt.cache_break is True
     assert state.last_receipt.probes_before == 0.5 and state.last_receipt.probes_after == 1.0
     assert state.last_receipt.repaired == ("- error: ValueError: limit 4096 exceeds maximum 1024",)
@@ -167,8 +168,8 @@ def test_v3_with_legacy_fields(codec: SidecarV3Codec) -> None:
     assert state.generation == 6
     receipt = state.last_receipt
     assert receipt is not None
-    assert receipt.action is ReceiptAction.PRUNE  # the legacy "native_tool_clear"
-    assert receipt.status is ReceiptStatus.BLOCKED
+    assert receipt.action is Action.PRUNE  # the legacy "native_tool_clear"
+    assert receipt.status is Action.BLOCKED
     assert receipt.reason == "native context editing rejected by provider"
     assert receipt.generation == 6
     assert state.projection is not None and state.projection.projection_version == 5
@@ -325,7 +326,7 @@ def test_legacy_receipt_actions_load_as_prune_and_are_written_so(
         data["last_receipt"]["action"] = label
         state = codec.decode(data)
         assert state.last_receipt is not None
-        assert state.last_receipt.action is ReceiptAction.PRUNE
+        assert state.last_receipt.action is Action.PRUNE
         assert state.projection is not None and state.generation == 3
         assert codec.encode(state)["last_receipt"]["action"] == "prune"
 
@@ -372,8 +373,8 @@ _states = st.builds(
     | st.builds(
         Receipt,
         operation_id=_text,
-        status=st.sampled_from(list(ReceiptStatus)),
-        action=st.sampled_from(list(ReceiptAction)),
+        status=st.sampled_from(sorted(RECEIPT_STATUSES)),
+        action=st.sampled_from(sorted(RECEIPT_ACTIONS)),
         cache_break=st.booleans(),
         generation=st.integers(0, 100),
     ),

@@ -11,7 +11,7 @@ from ctxfold.engine.manager import ContextManager
 from ctxfold.engine.opening import open_session
 from ctxfold.kernel.kinds import PROVIDER
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.state import ReceiptStatus
+from ctxfold.kernel.state import Action
 from ctxfold.kernel.types import Message, ToolCall
 
 
@@ -92,7 +92,7 @@ def test_summary_request_is_exactly_one_call(ctxfold_emulator, ctxfold_provider_
     summaries = [r for r in emulator.requests if "[ctxfold:summary-request]" in str(r.body)]
     assert len(summaries) == 1 and summaries[0].status == 503
     assert cm.state.last_receipt is not None
-    assert cm.state.last_receipt.status is ReceiptStatus.FAILED
+    assert cm.state.last_receipt.status is Action.FAILED
 
 
 def test_overflow_rescue_counts_on_the_emulator(ctxfold_emulator, ctxfold_provider_config) -> None:

@@ -74,12 +74,11 @@ from ctxfold.kernel.maintenance import (
     Latches,
     MaintenanceContext,
     Outcome,
-    PrepareAction,
     Reread,
     Stored,
     Summarize,
 )
-from ctxfold.kernel.state import SidecarState
+from ctxfold.kernel.state import Action, SidecarState
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import (
     ChatRequest,
@@ -332,7 +331,7 @@ class ContextManager:
         if trigger != "manual":
             self._committer.count_request()
         hooks = self._hooks
-        if hooks is not None and prepared.action is not PrepareAction.NONE:  # below: no event
+        if hooks is not None and prepared.action is not Action.NONE:  # below: no event
             hooks.ctxfold_after_prepare(session_id=self.session_id, messages=prepared.messages,
                                         tokens=prepared.tokens)
         return prepared

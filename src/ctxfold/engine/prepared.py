@@ -16,8 +16,8 @@ from ctxfold.interop.responses import input_items, tool_item
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator
 from ctxfold.kernel.kinds import ProviderDefaults
-from ctxfold.kernel.maintenance import PROTOCOL_RESERVE, Outcome, PrepareAction
-from ctxfold.kernel.state import CacheState, Projection, label_cache
+from ctxfold.kernel.maintenance import PROTOCOL_RESERVE, Outcome
+from ctxfold.kernel.state import Action, CacheState, Projection, label_cache
 from ctxfold.kernel.types import (
     MIN_CALIBRATION_TOKENS,
     TEXT_PART_TYPES,
@@ -51,7 +51,7 @@ class PreparedRequest:
     projection_version: int
     trigger_tokens: int
     summary_calls: int = 0
-    action: PrepareAction = PrepareAction.NONE
+    action: Action = Action.NONE
     #: Whether this prepare() installed a prune (possibly followed by a summary).
     pruned: bool = False
     offers_capability: bool = False

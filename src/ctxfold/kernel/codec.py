@@ -20,11 +20,10 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from ctxfold.kernel.ledger import LedgerEntry
 from ctxfold.kernel.state import (
+    Action,
     CacheState,
     Projection,
     Receipt,
-    ReceiptAction,
-    ReceiptStatus,
     SidecarState,
     TelemetryRecord,
 )
@@ -66,8 +65,7 @@ def _make_converter() -> cattrs.Converter:
     # Strict primitives: a transcript line with "local_only": "no" is corrupt, not True.
     conv = strict_primitives(cattrs.Converter(forbid_extra_keys=False))
     conv.register_structure_hook(CacheState, lambda v, _t: CacheState.coerce(v))
-    conv.register_structure_hook(ReceiptStatus, lambda v, _t: ReceiptStatus(v))
-    conv.register_structure_hook(ReceiptAction, lambda v, _t: ReceiptAction(v))
+    conv.register_structure_hook(Action, lambda v, _t: Action(v))
     # Generated after the primitive and enum hooks, so the generated code uses them.
     for cls in (
         Message,

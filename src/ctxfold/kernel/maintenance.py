@@ -38,7 +38,6 @@ checkpoint review (pins and the check).
 
 from __future__ import annotations
 
-import enum
 import math
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -57,10 +56,9 @@ from ctxfold.kernel.errors import (
 from ctxfold.kernel.fingerprint import content_hash, covered_prefix_hash, fingerprint
 from ctxfold.kernel.ledger import LedgerEntry
 from ctxfold.kernel.state import (
+    Action,
     Projection,
     Receipt,
-    ReceiptAction,
-    ReceiptStatus,
     SidecarState,
     TelemetryRecord,
 )
@@ -220,28 +218,6 @@ class AfterInstall:
 Step = Summarize | Commit | Reread | AfterInstall
 
 
-class PrepareAction(enum.StrEnum):
-    """What a ``prepare()`` did: nothing, the last install (prune/summary), or an attempt
-    that left a receipt but installed nothing (blocked/failed/noop)."""
-
-    NONE = "none"
-    PRUNE = "prune"
-    SUMMARY = "summary"
-    BLOCKED = "blocked"
-    FAILED = "failed"
-    NOOP = "noop"
-
-
-class FoldResult(enum.Enum):
-    """How one summary fold ended."""
-
-    INSTALLED = "installed"
-    NOTHING = "nothing to fold"
-    FAILED = "summary failed"
-    REJECTED = "candidate rejected"
-    STALE = "lost the compare-and-swap"
-
-
 @attrs.frozen
 class Outcome:
     """What ``prepare()`` ends with. ``error`` is raised by the engine after it applied the
@@ -250,7 +226,7 @@ class Outcome:
 
     view: list[Message]
     tokens: int
-    action: PrepareAction
+    action: Action
     summary_calls: int
     pruned: bool
     latches: Latches
@@ -292,7 +268,7 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
     attempts = MAX_SUMMARIES[trigger]
     if run.tokens >= hard and trigger != "overflow":
         attempts = max(attempts, rescue_summaries(run.tokens, ctx.window))
-    result: FoldResult | None = None
+    result: Action | None = None
     for _ in range(attempts):
         if run.summary_calls >= attempts:
             break  # a checked summary's second pass counts as one of the attempts
@@ -303,10 +279,10 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
             result = yield from run.fold(forced=trigger == "manual" or must_free, pruned=pruned)
         except CtxfoldError as exc:  # a manual compaction's summary failed, or the summary
             return run.outcome(error=exc)  # cap was reached: tell the caller
-        if result is FoldResult.STALE and run.tokens >= hard:  # lost to another process
+        if result is Action.STALE and run.tokens >= hard:  # lost to another process
             must_free, pruned = True, run.prune_candidate()  # and still over: fold again
             continue
-        if result is not FoldResult.INSTALLED:
+        if result is not Action.APPLIED:
             break
         pruned = None  # applied inside the checkpoint
         if run.tokens < trigger_tokens or (trigger != "pressure" and run.tokens < hard):
@@ -314,12 +290,12 @@ def maintain(ctx: MaintenanceContext, view: list[Message], tokens: int) -> Maint
             return run.outcome()
         must_free = trigger == "overflow" or run.tokens >= hard
     # No checkpoint could be made: the prune alone still helps.
-    if (pruned is not None and result is not FoldResult.STALE and (yield from run.prune(pruned))
+    if (pruned is not None and result is not Action.STALE and (yield from run.prune(pruned))
             and (run.tokens < trigger_tokens or (trigger != "pressure" and run.tokens < hard))):
         return run.outcome()
-    if result is FoldResult.INSTALLED and run.tokens >= trigger_tokens:
-        yield from run.receipt(ReceiptStatus.BLOCKED, ABOVE_TRIGGER.format(n=run.summary_calls),
-                               ReceiptAction.SUMMARY)
+    if result is Action.APPLIED and run.tokens >= trigger_tokens:
+        yield from run.receipt(Action.BLOCKED, ABOVE_TRIGGER.format(n=run.summary_calls),
+                               Action.SUMMARY)
         run.latches = attrs.evolve(run.latches, stuck_hash=run.input_hash())
     if run.tokens >= hard:
         last = run.state.last_receipt
@@ -359,7 +335,7 @@ class Run:
         self.view, self.tokens = view, tokens
         self.latches = ctx.latches
         self.summary_calls = 0
-        self.action = PrepareAction.NONE
+        self.action = Action.NONE
         self.pruned = False
         #: The ledger's summary figures of the fold under way (input, read, output).
         self.summary_tokens = LedgerEntry(estimated=False)
@@ -399,7 +375,7 @@ class Run:
         return (
             (
                 last is not None
-                and last.status in (ReceiptStatus.BLOCKED, ReceiptStatus.FAILED)
+                and last.status in (Action.BLOCKED, Action.FAILED)
                 and last.input_hash == view_hash
                 and last.generation == self.state.generation
             )
@@ -422,12 +398,12 @@ class Run:
         """Install ``pruned`` alone (a prune projection over the whole transcript)."""
         captured = self.capture()
         if not (yield from self.install(
-            captured, self.input_hash(), ReceiptAction.PRUNE, body=pruned.view,
+            captured, self.input_hash(), Action.PRUNE, body=pruned.view,
             covered=len(self.canonical), candidate=pruned.view, new_tokens=pruned.tokens,
             affected=pruned.affected,
         )):
             return False
-        self.action = PrepareAction.PRUNE
+        self.action = Action.PRUNE
         self.pruned = True
         self.refresh()
         return True
@@ -436,7 +412,7 @@ class Run:
 
     def fold(
         self, forced: bool, pruned: Pruned | None = None
-    ) -> Generator[Step, object, FoldResult]:
+    ) -> Generator[Step, object, Action]:
         """One summary fold: plan the region, request its summary, build and check the
         candidate, install it. With ``pruned``, the kept messages are taken from the pruned
         view (the prune is applied inside the checkpoint instead of being installed alone)."""
@@ -450,17 +426,17 @@ class Run:
             plan = self.plan(forced) if self.thrash is not None else plan
         if plan is None:
             if ctx.trigger == "manual":  # asked for, but there is simply nothing to fold
-                yield from self.receipt(ReceiptStatus.NOOP, NOTHING_TO_FOLD, ReceiptAction.NOOP)
+                yield from self.receipt(Action.NOOP, NOTHING_TO_FOLD, Action.NOOP)
             else:  # blocked: not retried for this view in this generation
-                yield from self.receipt(ReceiptStatus.BLOCKED, NO_REGION, ReceiptAction.NOOP)
-            return FoldResult.NOTHING
+                yield from self.receipt(Action.BLOCKED, NO_REGION, Action.NOOP)
+            return Action.NOOP
         planned = summary_request(
             self.view, plan, tools=ctx.tools, window=ctx.window, focus=ctx.focus,
             cache_key=self.state.prompt_cache_key, estimator=ctx.estimator, count=ctx.count,
         )
         if planned is None:
-            yield from self.receipt(ReceiptStatus.BLOCKED, NO_SAFE_PREFIX, ReceiptAction.SUMMARY)
-            return FoldResult.REJECTED
+            yield from self.receipt(Action.BLOCKED, NO_SAFE_PREFIX, Action.SUMMARY)
+            return Action.BLOCKED
         # Captured before the guard's note: a note that loses its compare-and-swap adopts
         # another process's commit, which the install's check must then see as stale.
         captured = self.capture()
@@ -477,13 +453,12 @@ class Run:
                     f"summarizer returned {type(answer).__name__}, not a SummaryResult")
             text = validate_summary_result(answer)
         except CtxfoldError as exc:
-            status = (ReceiptStatus.BLOCKED if isinstance(exc, SummaryFailedError)
-                      else ReceiptStatus.FAILED)
-            yield from self.receipt(status, f"summary failed: {exc}", ReceiptAction.SUMMARY)
+            status = Action.BLOCKED if isinstance(exc, SummaryFailedError) else Action.FAILED
+            yield from self.receipt(status, f"summary failed: {exc}", Action.SUMMARY)
             self.latches = attrs.evolve(self.latches, failed_turn=ctx.turn)
             if ctx.trigger == "manual":
                 raise
-            return FoldResult.FAILED
+            return Action.FAILED
         made = candidate(
             self.view, planned.plan, text, projection=self.state.projection,
             canonical=self.canonical, window=ctx.window, count=ctx.count,
@@ -496,30 +471,30 @@ class Run:
             made = made.with_summary(reviewed.text)  # the same body, hint and rules
         missing = [r for r in made.rules if not any(r in m.content for m in made.view)]
         if missing:
-            yield from self.receipt(ReceiptStatus.BLOCKED, LACKS_PIN.format(rule=missing[0][:80]),
-                                    ReceiptAction.SUMMARY)
-            return FoldResult.REJECTED
+            yield from self.receipt(Action.BLOCKED, LACKS_PIN.format(rule=missing[0][:80]),
+                                    Action.SUMMARY)
+            return Action.BLOCKED
         new_tokens = self.estimate(made.view)
         if new_tokens >= self.tokens:
-            yield from self.receipt(ReceiptStatus.BLOCKED, NOT_SMALLER, ReceiptAction.SUMMARY)
-            return FoldResult.REJECTED
+            yield from self.receipt(Action.BLOCKED, NOT_SMALLER, Action.SUMMARY)
+            return Action.BLOCKED
         if (ctx.trigger != "manual" and new_tokens >= ctx.hard_ceiling
                 and self.tokens < ctx.hard_ceiling):
             # (Above the ceiling already, any smaller checkpoint is progress: the rescue
             # folds again from it, and a later prepare goes on from what was installed.)
-            yield from self.receipt(ReceiptStatus.BLOCKED, ABOVE_CEILING, ReceiptAction.SUMMARY)
-            return FoldResult.REJECTED
+            yield from self.receipt(Action.BLOCKED, ABOVE_CEILING, Action.SUMMARY)
+            return Action.BLOCKED
         if not (yield from self.install(
-            captured, view_hash, ReceiptAction.SUMMARY, body=made.body,
+            captured, view_hash, Action.SUMMARY, body=made.body,
             covered=made.covered_count, candidate=made.view, new_tokens=new_tokens,
             summary_text=reviewed.text if reviewed else text, reviewed=reviewed,
             affected=pruned.affected if pruned else 0,
         )):
-            return FoldResult.STALE
-        self.action = PrepareAction.SUMMARY
+            return Action.STALE
+        self.action = Action.SUMMARY
         self.pruned = self.pruned or pruned is not None
         self.refresh()
-        return FoldResult.INSTALLED
+        return Action.APPLIED
 
     def plan(self, forced: bool) -> FoldPlan | None:
         """The fold of the view: with the smaller tail while checkpoints thrash."""
@@ -565,7 +540,7 @@ class Run:
         )
 
     def install(
-        self, captured: Capture, view_hash: str, action: ReceiptAction, *,
+        self, captured: Capture, view_hash: str, action: Action, *,
         body: list[Message], covered: int, candidate: list[Message], new_tokens: int,
         affected: int = 0, summary_text: str = "", reviewed: Review | None = None,
     ) -> Generator[Step, object, bool]:
@@ -588,7 +563,7 @@ class Run:
         )
         receipt = Receipt(
             operation_id=f"{action.value}-{version}-{output_hash[:12]}",
-            status=ReceiptStatus.APPLIED, action=action, trigger=self.ctx.trigger,
+            status=Action.APPLIED, action=action, trigger=self.ctx.trigger,
             projection_version=version, covered_count=covered,
             covered_prefix_hash=projection.covered_prefix_hash, input_hash=view_hash,
             output_hash=output_hash, input_tokens=self.tokens, result_tokens=new_tokens,
@@ -614,7 +589,7 @@ class Run:
                 self.canonical, self.state = stored.canonical, stored.state
                 self.transcript_version = stored.transcript_version
             self.refresh()
-            yield from self.receipt(ReceiptStatus.BLOCKED, STALE, action)
+            yield from self.receipt(Action.BLOCKED, STALE, action)
             return False
         if state.last_receipt is not None:
             yield AfterInstall(state.last_receipt)
@@ -629,12 +604,12 @@ class Run:
 
     # -- 6. record the receipt, and the ledger -----------------------------------------------
 
-    def receipt(self, status: ReceiptStatus, reason: str, action: ReceiptAction
+    def receipt(self, status: Action, reason: str, action: Action
                 ) -> Generator[Step, object, None]:
         """Record a not-applied receipt (bumps the generation, not the projection version);
         the same failure for the same view in the same generation is not recorded twice."""
-        if self.action is PrepareAction.NONE:
-            self.action = PrepareAction(status.value)
+        if self.action is Action.NONE:
+            self.action = status
         view_hash = self.input_hash()
         last = self.state.last_receipt
         if (last is not None and last.status == status and last.input_hash == view_hash

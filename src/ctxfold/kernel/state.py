@@ -35,17 +35,27 @@ class CacheState(enum.StrEnum):
             return cls.UNKNOWN
 
 
-class ReceiptStatus(enum.StrEnum):
-    APPLIED = "applied"
-    NOOP = "noop"
-    BLOCKED = "blocked"
-    FAILED = "failed"
+class Action(enum.StrEnum):
+    """The one vocabulary of what maintenance did (design §5.2). A receipt's ``action`` is
+    the operation (``prune``, ``summary``, ``noop``: nothing to fold) and its ``status``
+    how it ended (``applied``, ``noop``, ``blocked``, ``failed``); a prepare's action is the
+    operation it applied, else the status of the attempt it recorded, else ``none``; a
+    telemetry record's ``action`` is ``<action>:<status>``; a fold that lost its
+    compare-and-swap ended ``stale`` (and recorded a ``blocked`` receipt)."""
 
-
-class ReceiptAction(enum.StrEnum):
+    NONE = "none"
     PRUNE = "prune"
     SUMMARY = "summary"
     NOOP = "noop"
+    APPLIED = "applied"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+    STALE = "stale"
+
+
+#: What a receipt's ``action`` may be, and its ``status``.
+RECEIPT_ACTIONS = frozenset({Action.PRUNE, Action.SUMMARY, Action.NOOP})
+RECEIPT_STATUSES = frozenset({Action.APPLIED, Action.NOOP, Action.BLOCKED, Action.FAILED})
 
 
 @attrs.frozen
@@ -70,8 +80,8 @@ class Receipt:
     """The outcome of one maintenance operation (design §5.2)."""
 
     operation_id: str
-    status: ReceiptStatus
-    action: ReceiptAction
+    status: Action = attrs.field(validator=attrs.validators.in_(RECEIPT_STATUSES))
+    action: Action = attrs.field(validator=attrs.validators.in_(RECEIPT_ACTIONS))
     #: A :data:`~ctxfold.kernel.types.Trigger` when ctxfold wrote it; sidecars of older
     #: systems may hold other labels, which are kept as they are.
     trigger: str = "pressure"

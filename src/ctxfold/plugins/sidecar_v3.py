@@ -35,12 +35,13 @@ from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 from ctxfold.kernel.state import (
+    RECEIPT_ACTIONS,
+    RECEIPT_STATUSES,
     SIDECAR_SCHEMA_VERSION,
+    Action,
     CacheState,
     Projection,
     Receipt,
-    ReceiptAction,
-    ReceiptStatus,
     SessionSettings,
     SidecarState,
     TelemetryRecord,
@@ -60,8 +61,7 @@ LEGACY_FIELDS = (
 )
 #: Receipt actions of older writers, read as the action they are now: both cut tool results
 #: out of the view, which is what a prune does. Re-encoding writes the new label.
-LEGACY_RECEIPT_ACTIONS = {"snip": ReceiptAction.PRUNE.value,
-                          "native_tool_clear": ReceiptAction.PRUNE.value}
+LEGACY_RECEIPT_ACTIONS = {"snip": Action.PRUNE.value, "native_tool_clear": Action.PRUNE.value}
 _TELEMETRY_KINDS = frozenset(("prepare", "install", "resume", "thrash"))
 _SETTINGS = frozenset(f.name for f in attrs.fields(SessionSettings))
 
@@ -170,8 +170,8 @@ class SidecarV3Codec:
         if isinstance(action, str):
             action = LEGACY_RECEIPT_ACTIONS.get(action, action)
         # Labels are strings: anything else (a list, an object) is an unknown label, dropped.
-        if not (isinstance(status, str) and status in set(ReceiptStatus)
-                and isinstance(action, str) and action in set(ReceiptAction)):
+        if not (isinstance(status, str) and status in RECEIPT_STATUSES
+                and isinstance(action, str) and action in RECEIPT_ACTIONS):
             return None
         fields = {**data, "action": action}
         # Receipts before ctxfold's own v3 had no generation: they were recorded at the
