@@ -27,7 +27,7 @@ A *variant* changes some of ctxfold's maintenance settings, in its worker proces
 * ``tail``: :data:`ctxfold.kernel.maintenance.TAIL_RATIO`, the verbatim tail's share of the window;
 * ``briefing``: the briefing length a summary request asks for, as a share of the window
   (``0``: none asked, so the replay's 2,048-token default);
-* ``facts``: :data:`ctxfold.engine.review.FACTS_SHARE`, the summary check's verbatim facts
+* ``facts``: :data:`ctxfold.engine.check.FACTS_SHARE`, the summary check's verbatim facts
   list as a multiple of the briefing length (``0``: nothing repaired);
 * ``head``: :data:`ctxfold.kernel.maintenance.HEAD_PIN_RATIO`, the share of the window a long task
   statement is clipped to in the checkpoint head;
@@ -106,13 +106,13 @@ VARIANTS: dict[str, Variant] = {
 def _apply(variant: Variant) -> float:
     """Set a variant's settings in this (worker) process; its ``compact_ratio``."""
     from ctxfold.capabilities import bounding
-    from ctxfold.engine import offer, review
+    from ctxfold.engine import check, offer
     from ctxfold.kernel import maintenance, summary
     from ctxfold.plugins.policies import ctxfold_engine
 
     v = {**DEFAULTS, **variant}
     ctxfold_engine.BILL_FACTS_AS_OUTPUT = v["facts_billed"]
-    review.FACTS_SHARE = v["facts"]
+    check.FACTS_SHARE = v["facts"]
     maintenance.HEAD_PIN_RATIO = v["head"]
     maintenance.PRUNE_ALONE_RATIO = v["prune"]
     maintenance.TAIL_RATIO = v["tail"]

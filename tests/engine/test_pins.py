@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import RecordingSummarizer, make_config
 
 import ctxfold
-from ctxfold.engine import review as review_module
+from ctxfold.engine import check as check_module
 from ctxfold.engine.pins import (
     LEFT_TO_SUMMARY,
     PINS_OPEN_TAG,
@@ -159,14 +159,14 @@ def test_a_fold_whose_candidate_lacks_a_pinned_rule_is_not_installed(open_sessio
     start(cm)
     cm.pin(RULE)
 
-    original = review_module.Reviewer.pins
+    original = check_module.Checker.pins
 
     def broken(self, canonical, folded, head, window):  # drops the rule from its message
         block = original(self, canonical, folded, head, window)
         gutted = attrs.evolve(block.message, content=PINS_OPEN_TAG + "\n(nothing)")
         return PinBlock(gutted, block.rules)
 
-    monkeypatch.setattr(review_module.Reviewer, "pins", broken)
+    monkeypatch.setattr(check_module.Checker, "pins", broken)
     for i in range(10):
         tool_round(cm, i)
     prepared = cm.compact()

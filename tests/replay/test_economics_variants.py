@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from benchmarks.bench_economics import DEFAULTS, VARIANTS
 
-from ctxfold.engine import review
+from ctxfold.engine import check
 from ctxfold.kernel import maintenance, summary
 
 
@@ -15,7 +15,7 @@ def test_the_defaults_are_the_engine_s() -> None:
     from ctxfold.plugins.policies import ctxfold_engine
 
     assert {"prune": maintenance.PRUNE_ALONE_RATIO, "tail": maintenance.TAIL_RATIO,
-                        "briefing": summary.BRIEFING_RATIO, "facts": review.FACTS_SHARE,
+                        "briefing": summary.BRIEFING_RATIO, "facts": check.FACTS_SHARE,
                         "head": maintenance.HEAD_PIN_RATIO, "ratio": AgentConfig().compact_ratio,
                         "bound": 1.0, "offer": "auto", "cap": 0,
                         "facts_billed": ctxfold_engine.BILL_FACTS_AS_OUTPUT} == DEFAULTS

@@ -248,8 +248,8 @@ def ledger(state: SidecarState, profile: str | None) -> dict[str, Any]:
 def standing(canonical: Sequence[Message], view: Sequence[Message], state: SidecarState
              ) -> dict[str, Any]:
     """The session's pins, the rules its checkpoint carries and the last fold's check."""
+    from ctxfold.engine.check import facts_list
     from ctxfold.engine.pins import is_pin_block, standing_rules
-    from ctxfold.engine.review import facts_list
     from ctxfold.kernel.summary import is_summary_message, unwrap_summary
 
     pins = standing_rules(canonical, 0, extract=False)[0]

@@ -30,6 +30,7 @@ from ctxfold.capabilities.tool import (
 )
 from ctxfold.engine import driving, lineage
 from ctxfold.engine import turn as turns
+from ctxfold.engine.check import Checker
 from ctxfold.engine.counts import PersistedCounts
 from ctxfold.engine.offer import CapabilityOffer
 from ctxfold.engine.parts import (
@@ -50,7 +51,6 @@ from ctxfold.engine.prepared import (
     resume_label,
     wire_fields,
 )
-from ctxfold.engine.review import Reviewer
 from ctxfold.engine.sidecar import session_settings
 from ctxfold.engine.summarizing import asummarize, text_repaired
 from ctxfold.engine.sync import Watch
@@ -286,7 +286,7 @@ class ContextManager:
             pruner=self.pruner, count=self._count, state=self.state,
             transcript_version=self._committer.transcript_version,
             cached_tokens=self._committer.cached_tokens, clock=self._committer.clock,
-            review=Reviewer(self.config.checkpoint, self._count),
+            check=Checker(self.config.checkpoint, self._count),
             max_summaries_per_hour=self.config.checkpoint.max_summaries_per_hour,
         )
         return maintenance.maintain(context, view, tokens)

@@ -2,7 +2,7 @@
 
 Used twice: the replay scores every policy's requests with them, and the engine checks a
 checkpoint candidate against the probes of its fold region before installing it
-(:mod:`ctxfold.engine.review`).
+(:mod:`ctxfold.engine.check`).
 
 Deterministic probes are drawn from the canonical transcript, each with the message it was
 introduced in and a weight. Before request *r* (the request that produced canonical message

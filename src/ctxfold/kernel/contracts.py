@@ -19,11 +19,11 @@ from ctxfold.kernel.types import (
     Appended,
     ChatRequest,
     ChatResponse,
+    CheckResult,
     ForkPoint,
     Message,
     PinBlock,
     RequestShape,
-    Review,
     SseEvent,
     SummaryRequest,
     SummaryResult,
@@ -133,7 +133,7 @@ class AsyncSummarizer(Summarizer, Protocol):
         ...
 
 
-class CheckpointReview(Protocol):
+class SummaryCheck(Protocol):
     """A checkpoint's pinned rules and the check of its summary before install; with
     ``second_pass`` a summary that lost facts goes back to the summarizer once."""
 
@@ -148,8 +148,8 @@ class CheckpointReview(Protocol):
         """The rules pinned by a checkpoint folding ``canonical[:folded]`` after ``head``."""
         ...
 
-    def review(self, region: Sequence[Message], kept: Sequence[Message], text: str,
-               window: int, task: Message | None = None) -> Review:
+    def check(self, region: Sequence[Message], kept: Sequence[Message], text: str,
+               window: int, task: Message | None = None) -> CheckResult:
         """Check ``text`` (the summary of the view messages ``region``; ``task``: the full
         task statement) with ``kept`` (the rest of the candidate view); repair its losses."""
         ...

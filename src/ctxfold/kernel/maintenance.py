@@ -33,7 +33,7 @@ step                   the driver                                               
 An error of the effect (a summarizer's :class:`CtxfoldError`, a lost compare-and-swap's
 :class:`StaleContextError`) is thrown in at the ``yield``. The only calls that leave this
 module for behaviour are the plugins the context carries: the estimator, the pruner and the
-checkpoint review (pins and the check).
+summary check (pins and the check of a summary).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Literal, TypeVar
 import attrs
 
 from ctxfold.kernel import thrash
-from ctxfold.kernel.contracts import CheckpointReview, Estimator, Pruner
+from ctxfold.kernel.contracts import Estimator, Pruner, SummaryCheck
 from ctxfold.kernel.errors import (
     CompactionRequiredError,
     CtxfoldError,
@@ -73,10 +73,10 @@ from ctxfold.kernel.summary import (
     wrap_summary,
 )
 from ctxfold.kernel.types import (
+    CheckResult,
     Message,
     PinBlock,
     RequestShape,
-    Review,
     SummaryRequest,
     SummaryResult,
     ToolSchema,
@@ -152,7 +152,7 @@ class MaintenanceContext:
     #: The session's clock (seconds since the epoch): every timestamp the run writes.
     clock: Callable[[], float] = time.time
     #: Pins and the summary check (``None``: a checkpoint is head + summary + tail only).
-    review: CheckpointReview | None = None
+    check: SummaryCheck | None = None
     #: ``[checkpoint] max_summaries_per_hour`` (0: no cap; ctxfold.kernel.thrash).
     max_summaries_per_hour: int = 0
 
@@ -462,13 +462,13 @@ class Run:
         made = candidate(
             self.view, planned.plan, text, projection=self.state.projection,
             canonical=self.canonical, window=ctx.window, count=ctx.count,
-            pruned=pruned.view if pruned else None, pins=ctx.review.pins if ctx.review else None)
-        reviewed = None
-        if ctx.review is not None:
-            reviewed, calls = yield from self.tallied(check(
-                ctx.review, planned, made, text, self.view, self.canonical, ctx.window))
+            pruned=pruned.view if pruned else None, pins=ctx.check.pins if ctx.check else None)
+        checked = None
+        if ctx.check is not None:
+            checked, calls = yield from self.tallied(check(
+                ctx.check, planned, made, text, self.view, self.canonical, ctx.window))
             self.summary_calls += calls
-            made = made.with_summary(reviewed.text)  # the same body, hint and rules
+            made = made.with_summary(checked.text)  # the same body, hint and rules
         missing = [r for r in made.rules if not any(r in m.content for m in made.view)]
         if missing:
             yield from self.receipt(Action.BLOCKED, LACKS_PIN.format(rule=missing[0][:80]),
@@ -487,7 +487,7 @@ class Run:
         if not (yield from self.install(
             captured, view_hash, Action.SUMMARY, body=made.body,
             covered=made.covered_count, candidate=made.view, new_tokens=new_tokens,
-            summary_text=reviewed.text if reviewed else text, reviewed=reviewed,
+            summary_text=checked.text if checked else text, checked=checked,
             affected=pruned.affected if pruned else 0,
         )):
             return Action.STALE
@@ -542,7 +542,7 @@ class Run:
     def install(
         self, captured: Capture, view_hash: str, action: Action, *,
         body: list[Message], covered: int, candidate: list[Message], new_tokens: int,
-        affected: int = 0, summary_text: str = "", reviewed: Review | None = None,
+        affected: int = 0, summary_text: str = "", checked: CheckResult | None = None,
     ) -> Generator[Step, object, bool]:
         """CAS-commit a prune or summary projection and fire the install hook; False (and a
         blocked receipt, after re-reading the stored session) if the context moved while the
@@ -569,13 +569,13 @@ class Run:
             output_hash=output_hash, input_tokens=self.tokens, result_tokens=new_tokens,
             saved_tokens=saved, affected_tool_results=affected, summary_hash=summary_hash,
             cache_break=True, created_at=stamp,
-            probes_before=reviewed.before if reviewed else None,
-            probes_after=reviewed.after if reviewed else None,
-            repaired=reviewed.repaired if reviewed else (),
+            probes_before=checked.before if checked else None,
+            probes_after=checked.after if checked else None,
+            repaired=checked.repaired if checked else (),
         )
         record = self.record(
             kind="install", action=action.value, tokens_after=new_tokens, saved_tokens=saved,
-            summary_calls=1 if summary_text else 0, detail=checked(reviewed), ledger=ledger,
+            summary_calls=1 if summary_text else 0, detail=check_detail(checked), ledger=ledger,
             projection_version=version)
         try:
             if len(self.canonical) != captured.canonical_len:
@@ -690,12 +690,12 @@ class Run:
             return stop.value
 
 
-def checked(reviewed: Review | None) -> str:
+def check_detail(checked: CheckResult | None) -> str:
     """The telemetry detail of a checked summary install (``probes B -> A, N repaired``)."""
-    if reviewed is None or reviewed.before is None or reviewed.after is None:
+    if checked is None or checked.before is None or checked.after is None:
         return ""
-    return (f"probes {reviewed.before:.2f} -> {reviewed.after:.2f}, "
-            f"{len(reviewed.repaired)} repaired")
+    return (f"probes {checked.before:.2f} -> {checked.after:.2f}, "
+            f"{len(checked.repaired)} repaired")
 
 
 def installed(captured: Capture, projection: Projection, receipt: Receipt
@@ -1053,26 +1053,26 @@ def candidate(
 
 
 def check(
-    reviewer: CheckpointReview, planned: PlannedRequest, made: Candidate, text: str,
+    checker: SummaryCheck, planned: PlannedRequest, made: Candidate, text: str,
     view: Sequence[Message], canonical: Sequence[Message], window: int,
-) -> Generator[Summarize, object, tuple[Review, int]]:
+) -> Generator[Summarize, object, tuple[CheckResult, int]]:
     """Check the summary ``text`` of ``made`` against its fold region; with the second pass
     on, a summary that lost facts is asked for once more (a failure there keeps the first
-    text), then checked again. Returns the review and the extra summary calls made."""
+    text), then checked again. Returns the check's result and the extra summary calls made."""
     head = planned.plan.head
     region = view[head:planned.plan.end]
     kept = made.view[: made.summary] + made.view[made.summary + 1 :]
     task = canonical[canonical_index(canonical, 0, head - 1)] if head and \
         view[head - 1].role == "user" else None  # in full: the head may keep it clipped
-    checked = reviewer.review(region, kept, text, window, task)
-    if not (checked.lost and reviewer.second_pass):
-        return checked, 0
+    first = checker.check(region, kept, text, window, task)
+    if not (first.lost and checker.second_pass):
+        return first, 0
     try:
-        answer = yield Summarize(revise_request(planned.request, text, checked.lost))
+        answer = yield Summarize(revise_request(planned.request, text, first.lost))
         second = validate_summary_result(answer) if isinstance(answer, SummaryResult) else ""
     except CtxfoldError:
         second = ""
     if not second:
-        return checked, 1
-    again = reviewer.review(region, kept, second, window, task)
-    return attrs.evolve(again, before=checked.before, lost=checked.lost), 1
+        return first, 1
+    again = checker.check(region, kept, second, window, task)
+    return attrs.evolve(again, before=first.before, lost=first.lost), 1

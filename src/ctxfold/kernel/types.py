@@ -232,7 +232,7 @@ class PinBlock:
 
 
 @attrs.frozen
-class Review:
+class CheckResult:
     """A summary checked against the probes of its fold region before install: the
     ``text`` to install (repaired), the weighted share of critical probes the candidate
     carried ``before`` and ``after`` the repair (``None``: nothing to check), the facts

@@ -28,7 +28,7 @@ from ctxfold.engine.pins import is_pin_block, pin_block, standing_rules
 from ctxfold.engine.probes import constraint_sentences, extract_probes, is_user_written, norm
 from ctxfold.kernel.config import CheckpointConfig
 from ctxfold.kernel.summary import briefing_tokens, is_summary_message, unwrap_summary
-from ctxfold.kernel.types import Message, PinBlock, Review
+from ctxfold.kernel.types import CheckResult, Message, PinBlock
 
 FACTS_HEADING = "## Facts kept verbatim"
 #: The facts list holds at most this multiple of the briefing length (4 characters a
@@ -157,12 +157,12 @@ def _texts(messages: Iterable[Message]) -> Iterable[str]:
 
 
 def check_summary(region: Sequence[Message], kept: Sequence[Message], text: str,
-                  window: int, task: Message | None = None) -> Review:
-    """:class:`Review` of ``text``: the lost facts of ``region`` (and of the ``task``
+                  window: int, task: Message | None = None) -> CheckResult:
+    """:class:`CheckResult` of ``text``: the lost facts of ``region`` (and of the ``task``
     statement) appended within the budget, the weighted share carried before and after."""
     facts = region_facts(region, task)
     if not facts:
-        return Review(text)
+        return CheckResult(text)
     rest = "\n".join(_texts(kept))
     rest_normed = norm(rest)
 
@@ -178,13 +178,13 @@ def check_summary(region: Sequence[Message], kept: Sequence[Message], text: str,
     lost = [f for f, ok in zip(facts, before, strict=True) if not ok]
     lines = render(lost, int(briefing_tokens(window) * 4 * FACTS_SHARE))
     repaired = f"{text}\n\n{FACTS_HEADING}\n" + "\n".join(lines) if lines else text
-    return Review(repaired, share(before), share(carried(repaired)), tuple(lines),
+    return CheckResult(repaired, share(before), share(carried(repaired)), tuple(lines),
                   tuple(f"{f.label}: {f.text}" for f in lost))
 
 
 @attrs.frozen
-class Reviewer:
-    """The built-in :class:`~ctxfold.kernel.contracts.CheckpointReview`, configured by
+class Checker:
+    """The built-in :class:`~ctxfold.kernel.contracts.SummaryCheck`, configured by
     ``[checkpoint]``; ``count`` measures a message in tokens (the session's estimator)."""
 
     config: CheckpointConfig
@@ -202,8 +202,8 @@ class Reviewer:
         return pin_block(pins, extracted, head=head, budget=int(window * self.config.pins_ratio),
                          count=self.count)
 
-    def review(self, region: Sequence[Message], kept: Sequence[Message], text: str,
-               window: int, task: Message | None = None) -> Review:
+    def check(self, region: Sequence[Message], kept: Sequence[Message], text: str,
+               window: int, task: Message | None = None) -> CheckResult:
         if self.config.check == "off":
-            return Review(text)
+            return CheckResult(text)
         return check_summary(region, kept, text, window, task)

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import RecordingSummarizer, make_config
 
 import ctxfold
-from ctxfold.engine.review import FACTS_HEADING, check_summary, kept_facts, region_facts
+from ctxfold.engine.check import FACTS_HEADING, check_summary, kept_facts, region_facts
 from ctxfold.kernel.config import CheckpointConfig
 from ctxfold.kernel.summary import (
     SUMMARY_INSTRUCTION_MARKER,
