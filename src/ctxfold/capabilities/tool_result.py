@@ -79,8 +79,8 @@ class _Body(NamedTuple):
     total: int
     sha256: str
     ref: str
-    legacy: bool  # a truncated record from older code, without the full text
-    truncated: bool  # the model saw a truncation marker for it (bounded or legacy)
+    legacy: bool  # a record shortened by older code, without the full text
+    shortened: bool  # the model saw a marker for it (bounded, or legacy)
 
 
 _CACHE: weakref.WeakKeyDictionary[Message, _Body] = weakref.WeakKeyDictionary()
@@ -102,7 +102,7 @@ def _paged(message: Message) -> _Body:
         text=text, data=data, total=len(whole), sha256=hashlib.sha256(whole).hexdigest(),
         ref=compute_result_ref(message.tool_call_id or "", whole),
         legacy=(legacy := not bounded and _LEGACY_MARKERS.search(message.content) is not None),
-        truncated=bounded or legacy,
+        shortened=bounded or legacy,
     )
     del whole
     with _CACHE_LOCK:
@@ -132,17 +132,17 @@ def _select(messages: Sequence[Message], tool_call_id: str, ref: str | None) -> 
             f"tool_call_id={tool_call_id!r}; retry with result_ref={refs}"
         )
     distinct = list(dict.fromkeys(b.ref for b in candidates))
-    truncated = list(dict.fromkeys(b.ref for b in candidates if b.truncated))
-    if len(distinct) > 1 and len(truncated) == 1:
-        # Only one of them was truncated: the one the model can have been told to page.
-        return next(b for b in candidates if b.truncated)
+    shortened = list(dict.fromkeys(b.ref for b in candidates if b.shortened))
+    if len(distinct) > 1 and len(shortened) == 1:
+        # Only one of them was shortened: the one the model can have been told to page.
+        return next(b for b in candidates if b.shortened)
     if len(distinct) > 1:
         raise ToolResultError(
             f"tool_call_id={tool_call_id!r} is ambiguous ({len(candidates)} results); "
             f"retry with one of result_ref={', '.join(distinct)}"
         )
     # One result for this call id: it is not ambiguous, so no result_ref is needed
-    # (design §3.2: required when ambiguous), truncated or not.
+    # (design §3.2: required when ambiguous), shortened or not.
     return candidates[0]
 
 
