@@ -12,8 +12,8 @@ from typing import Any
 import attrs
 import pytest
 
-from ctxfold.engine.manager import ContextManager
-from ctxfold.engine.opening import open_session as open_ctxfold_session
+from ctxfold import ContextManager, SummaryRequest, SummaryResult
+from ctxfold import open_session as open_ctxfold_session
 from ctxfold.kernel.config import (
     AgentConfig,
     Config,
@@ -22,7 +22,6 @@ from ctxfold.kernel.config import (
     StoreConfig,
     SummarizerConfig,
 )
-from ctxfold.kernel.types import SummaryRequest, SummaryResult
 
 pytest_plugins = ["ctxfold.testing", "tests.postgres"]
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import attrs
 import pytest
 
-from ctxfold.kernel.contracts import Store
+from ctxfold import Store
 from ctxfold.plugins.stores.fs import FsStore
 
 DSN_ENV = "CTXFOLD_TEST_POSTGRES_DSN"

@@ -6,14 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import (
+    ImportedSession,
+    ImporterError,
+    ImporterOptions,
+    Message,
+    Registry,
+    StrategyContext,
+    StrategySpec,
+    ToolCall,
+    hookimpl,
+)
 from ctxfold.importing import detect_format, import_session, known_formats
-from ctxfold.kernel.errors import ImporterError
-from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import ImporterOptions, StrategyContext, StrategySpec
 from ctxfold.kernel.plugin_manager import builtin_plugin_modules
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.sessions import ImportedSession
-from ctxfold.kernel.types import Message, ToolCall
 
 BUILTIN = [
     "claude-code-jsonl", "claude-code-xml", "mini-swe-agent-v1", "mini-swe-agent-v2",

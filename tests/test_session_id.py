@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxfold.kernel.errors import SessionError
+from ctxfold import SessionError
 from ctxfold.session_id import SESSION_ID_RULE, validate_session_id
 
 VALID = ["a", "A", "0", "abc-DEF_123.x", "a..b", "x" * 128, "2026-01-01T10.00", "a-", "a."]

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import ChatRequest, ChatResponse, Message, SmokeError, Usage
 from ctxfold.cli.main import main
-from ctxfold.kernel.errors import SmokeError
-from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, Usage
 from ctxfold.smoke.fixtures import (
     PRICE_HIT,
     PRICE_MISS,

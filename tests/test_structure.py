@@ -28,8 +28,8 @@ def _string_literals(path: Path) -> set[str]:
 
 
 def test_the_kernel_names_no_built_in_plugin() -> None:
+    from ctxfold import Registry
     from ctxfold.kernel.plugin_manager import builtin_plugin_modules
-    from ctxfold.kernel.registry import Registry
 
     registry = Registry.from_config(load_entry_points=False)
     builtins = {spec.name for spec in registry.specs() if spec.source.startswith("builtin:")}

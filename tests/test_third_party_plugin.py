@@ -101,10 +101,7 @@ def _write_config(tmp_path: Path, disabled: list[str] | None = None) -> Path:
 def test_selected_purely_through_toml(
     plugin_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ctxfold.config.load import load_config
-    from ctxfold.engine.opening import open_session
-    from ctxfold.kernel.registry import Registry
-    from ctxfold.kernel.types import Message
+    from ctxfold import Message, Registry, load_config, open_session
 
     monkeypatch.syspath_prepend(str(plugin_site))
     loaded = load_config(config_path=_write_config(tmp_path), cwd=tmp_path, env={})
@@ -121,9 +118,7 @@ def test_selected_purely_through_toml(
 def test_disabled_by_entry_point_name(
     plugin_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ctxfold.config.load import load_config
-    from ctxfold.kernel.errors import PluginError
-    from ctxfold.kernel.registry import Registry
+    from ctxfold import PluginError, Registry, load_config
 
     monkeypatch.syspath_prepend(str(plugin_site))
     loaded = load_config(

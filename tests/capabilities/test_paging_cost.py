@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from ctxfold import Message
 from ctxfold.capabilities import bounding as tool_results
 from ctxfold.capabilities import tool_result as paging
 from ctxfold.capabilities.bounding import make_tool_result, result_ref
 from ctxfold.capabilities.tool_result import read_tool_result
-from ctxfold.kernel.types import Message
 
 ASCII = "".join(f"line {i}: compiled ok\n" for i in range(12_000))
 MIXED = "".join(f"{i} 日本語 😀 e\u0301\n" for i in range(12_000))

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 from tests.conftest import AsyncFace, RecordingSummarizer
 
+from ctxfold import Message, SummarizerError, ToolCall
 from ctxfold.capabilities import session_budget
 from ctxfold.capabilities.tool import handle_use_capability
-from ctxfold.kernel.errors import SummarizerError
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import Message, ToolCall
 
 WINDOW = 20_000
 
@@ -180,8 +179,7 @@ def test_a_model_fold_is_measured_by_the_first_request_sent_on_it(tmp_path: Any)
     for it: that usage is the old view's, not the fold's first request."""
     from tests.conftest import make_config
 
-    from ctxfold.engine.opening import open_session
-    from ctxfold.kernel.types import Usage
+    from ctxfold import Usage, open_session
 
     cm = open_session("s", config=make_config(tmp_path, window=20_000, ratio=0.5),
                       summarizer=RecordingSummarizer())
@@ -213,8 +211,7 @@ def test_a_model_cannot_fold_its_own_summary_again_and_again(tmp_path: Any) -> N
     every call re-summarised the last summary (38 summaries in 60 calls)."""
     from tests.conftest import make_config
 
-    from ctxfold.engine.opening import open_session
-    from ctxfold.kernel.types import SummaryResult
+    from ctxfold import SummaryResult, open_session
 
     calls: list[int] = []
 
@@ -247,7 +244,7 @@ def test_an_error_in_the_fold_itself_is_raised_not_blamed_on_the_model(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.conftest import make_config
 
-    from ctxfold.engine.opening import open_session
+    from ctxfold import open_session
 
     cm = open_session("s", config=make_config(tmp_path, window=20_000, ratio=0.5),
                       summarizer=RecordingSummarizer())

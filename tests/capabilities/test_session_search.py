@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from tests.conftest import RecordingSummarizer
 
 import ctxfold
+from ctxfold import Message, ToolCall
 from ctxfold.capabilities import session_search
 from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL, handle_use_capability
 from ctxfold.kernel.summary import LOOKUP_MARKER, is_summary_message, unwrap_summary
-from ctxfold.kernel.types import Message, ToolCall
 
 NEEDLE = "NEEDLE-7f3a"
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ctxfold import Message, ToolResultError
 from ctxfold.capabilities.bounding import make_tool_result, result_ref
 from ctxfold.capabilities.tool import (
     PAGE_DEFAULT,
@@ -21,8 +22,6 @@ from ctxfold.capabilities.tool import (
 from ctxfold.capabilities.tool_result import read_tool_result
 from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.kernel.codec import converter
-from ctxfold.kernel.errors import ToolResultError
-from ctxfold.kernel.types import Message
 
 
 def parse(page: str) -> tuple[dict[str, Any], str]:

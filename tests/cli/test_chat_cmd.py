@@ -26,7 +26,7 @@ LONG = " ".join(f"word{i}" for i in range(600))  # ≈ 1K heuristic tokens
 
 @pytest.fixture
 def emulator() -> Iterator[Any]:
-    from ctxfold.emulator import Emulator
+    from ctxfold import Emulator
 
     with Emulator("deepseek") as emu:
         yield emu
@@ -189,7 +189,7 @@ def test_a_failed_turn_is_retried_without_a_duplicate_user_message(
     workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
     emulator: Any,
 ) -> None:
-    from ctxfold.emulator import Fault
+    from ctxfold import Fault
 
     # Every attempt of the first turn fails (the provider stays unreachable for it).
     emulator.inject(Fault("overloaded", count=3))  # the first try and both retries
@@ -245,8 +245,8 @@ def test_pin_puts_a_rule_in_every_checkpoint_and_inspect_shows_it(
 def test_a_pin_after_a_failed_turn_does_not_hide_the_unanswered_message(
         workdir: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxfold import Message
     from ctxfold.cli.chat_cmd import pending_user_text
-    from ctxfold.kernel.types import Message
 
     class Session:
         canonical = (Message(role="user", content="hello"),

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import Config, Registry, load_config
 from ctxfold.cli.main import main
-from ctxfold.config.load import load_config
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.registry import Registry
 
 SECRET = "sk-test-DO-NOT-PRINT-123"
 PASSWORD = "hunter2-secret"

@@ -10,10 +10,9 @@ from typing import Any
 import attrs
 import pytest
 
+from ctxfold import Config, Registry
 from ctxfold.cli import common, estimate_cmd
 from ctxfold.cli.main import COMMAND_MODULES
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.registry import Registry
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are terse."},
@@ -54,8 +53,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = 0) -> s
 
 
 def heuristic_total(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> int:
+    from ctxfold import RequestShape
     from ctxfold.interop.chat import message_from_openai, tool_schema_from_openai
-    from ctxfold.kernel.types import RequestShape
     from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 
     shape = RequestShape(messages=[message_from_openai(m) for m in messages],
@@ -143,7 +142,7 @@ def test_malformed_files_name_file_and_position(
 
 
 def test_read_session_is_the_reading_seam(tmp_path: Path) -> None:
-    from ctxfold.kernel.registry import Registry
+    from ctxfold import Registry
 
     path = tmp_path / "s.jsonl"
     path.write_text("\n".join(json.dumps(m) for m in MESSAGES), encoding="utf-8")

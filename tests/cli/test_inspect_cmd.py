@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import Message, open_session
 from ctxfold.cli.main import main
-from ctxfold.engine.opening import open_session
-from ctxfold.kernel.types import Message
 
 CONFIG = """\
 [provider]
@@ -30,7 +29,7 @@ TELEMETRY_KEYS = {"kind", "trigger", "action", "tokens_before", "tokens_after", 
 @pytest.fixture
 def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Session ``s`` with one manual checkpoint installed (projection v1, receipt, telemetry)."""
-    from ctxfold.config.load import load_config
+    from ctxfold import load_config
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))
@@ -181,8 +180,7 @@ def test_view_prints_what_the_model_sees_now(root: Path, capsys: pytest.CaptureF
 def test_rules_show_pins_the_last_fold_check_and_the_facts_kept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ctxfold.config.load import load_config
-    from ctxfold.kernel.types import ToolCall
+    from ctxfold import ToolCall, load_config
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CTXFOLD_CONFIG_HOME", str(tmp_path / "home"))

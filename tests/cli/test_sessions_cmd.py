@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import Message, ToolCall
 from ctxfold.capabilities.bounding import make_tool_result
 from ctxfold.cli.main import main
-from ctxfold.kernel.types import Message, ToolCall
 
 BIG = "line of output\n" * 4000  # ~60 KB: bounded to 32 KiB at creation
 

@@ -10,8 +10,8 @@ from tests.conftest import TRANSCRIPTS, RecordingSummarizer, make_config
 from tests.postgres import StoreSpec
 
 import ctxfold
+from ctxfold import Registry
 from ctxfold.cli.main import main
-from ctxfold.kernel.registry import Registry
 from ctxfold.plugins.stores.fs import FsStore
 
 

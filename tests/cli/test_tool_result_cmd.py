@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import Message
 from ctxfold.capabilities.bounding import make_tool_result, result_ref
 from ctxfold.cli.main import main
-from ctxfold.kernel.types import Message
 
 TEXT = "".join(f"{i:05d} résumé 日本語 😀\n" for i in range(3000))
 

@@ -8,13 +8,10 @@ from typing import Any
 import attrs
 import pytest
 
+from ctxfold import ConfigError, Registry, StrategySpec, hookimpl
 from ctxfold.config.load import LoadedConfig, load_config, validate_strategy_names
 from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
-from ctxfold.kernel.errors import ConfigError
-from ctxfold.kernel.hookspecs import hookimpl
-from ctxfold.kernel.kinds import StrategySpec
 from ctxfold.kernel.plugin_manager import make_plugin_manager
-from ctxfold.kernel.registry import Registry
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -16,11 +16,9 @@ import pytest
 from tests.conftest import make_config
 
 import ctxfold
-from ctxfold.emulator import Emulator, ReplySpec
+from ctxfold import ChatRequest, Emulator, Message, ProviderOptions, ReplySpec, ToolCall
 from ctxfold.interop.anthropic import from_anthropic, to_anthropic
 from ctxfold.kernel.config import ProviderConfig
-from ctxfold.kernel.kinds import ProviderOptions
-from ctxfold.kernel.types import ChatRequest, Message, ToolCall
 
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
 

@@ -10,11 +10,9 @@ import attrs
 import pytest
 from tests.conftest import make_config
 
-from ctxfold import open_session
+from ctxfold import Message, Registry, open_session
 from ctxfold.kernel.config import Config, ProviderConfig
 from ctxfold.kernel.kinds import PROVIDER
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message
 
 pytest.importorskip("ctxfold.plugins.providers.anthropic")
 
@@ -34,8 +32,7 @@ def session_config(tmp_path: Path, window: int, summarizer: str) -> Config:
 ])
 def test_provider_breakpoints_as_the_emulator_bills_them(
         tmp_path: Path, window: int, summarizer: str, checkpoints: int) -> None:
-    from ctxfold.emulator.plugin import EmulatorOptions
-    from ctxfold.kernel.kinds import ProviderOptions
+    from ctxfold import EmulatorOptions, ProviderOptions
 
     config = session_config(tmp_path, window, summarizer)
     registry = Registry.from_config()

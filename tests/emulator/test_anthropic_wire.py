@@ -15,9 +15,8 @@ import anthropic
 import httpx
 import pytest
 
+from ctxfold import Emulator, Fault, ReplySpec, ToolCall
 from ctxfold.cli.emulate_cmd import run
-from ctxfold.emulator import Emulator, Fault, ReplySpec
-from ctxfold.kernel.types import ToolCall
 
 MODEL = "claude-sonnet-4-6"
 EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
@@ -465,8 +464,8 @@ def test_a_summary_request_gets_the_extractive_summary(chars, clock, last: str) 
     """ctxfold's ``llm`` summarizer runs over this wire too: the emulator reads the Messages
     body back into ctxfold messages, by its own code — also when the region ends with a
     user message, which the API combines with the instruction after it."""
+    from ctxfold import Message
     from ctxfold.kernel.summary import build_summary_request
-    from ctxfold.kernel.types import Message
     from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 
     region = [

@@ -9,10 +9,10 @@ import threading
 import httpx
 import pytest
 
+from ctxfold import ConfigError
 from ctxfold.cli.emulate_cmd import run
 from ctxfold.cli.main import build_parser, main
 from ctxfold.emulator import load_script
-from ctxfold.kernel.errors import ConfigError
 
 
 def test_parser_knows_emulate() -> None:

@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from ctxfold.emulator import Emulator, Fault
+from ctxfold import Emulator, Fault
 
 BODY = {"messages": [{"role": "user", "content": "hello"}]}
 STREAM = {**BODY, "stream": True}

@@ -8,7 +8,7 @@ import re
 
 import httpx
 
-from ctxfold.emulator import Emulator
+from ctxfold import Emulator
 
 DEEPSEEK_RE = re.compile(
     r"^This model's maximum context length is (\d+) tokens\. However, you requested (\d+) "

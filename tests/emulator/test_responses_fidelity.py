@@ -12,9 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from ctxfold import Emulator, ReplySpec, ToolCall
 from ctxfold.cli.emulate_cmd import run
-from ctxfold.emulator import Emulator, ReplySpec
-from ctxfold.kernel.types import ToolCall
 
 TOOL = {"type": "function", "name": "bash", "description": "Run a shell command.",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}

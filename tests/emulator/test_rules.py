@@ -7,9 +7,9 @@ import json
 import httpx
 import pytest
 
+from ctxfold import ConfigError
 from ctxfold.emulator import Emulator, load_script
 from ctxfold.emulator.rules import RuleScript, rules_from_dict, tool_names
-from ctxfold.kernel.errors import ConfigError
 
 RULES = {"rules": [
     {"when": {"no_tools": True}, "reply": {"text": "A title"}},
@@ -118,7 +118,7 @@ def test_numbers_found_in_the_newest_messages_survive_folding() -> None:
     """``{{turn}}`` and ``{{results}}`` count the request's messages, which a proxy's fold
     makes fewer; ``{{match:…}}``/``{{next:…}}``/``found_at_least`` read the newest
     messages, which every request keeps."""
-    from ctxfold.kernel.types import Message, ToolCall
+    from ctxfold import Message, ToolCall
 
     script = rules_from_dict({"rules": [
         {"when": {"found_at_least": ["STEP-([0-9]+)", 3]}, "reply": {"text": "done"}},

@@ -6,9 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ctxfold.emulator import Emulator, ReplySpec
-from ctxfold.interop.chat import message_to_openai
-from ctxfold.kernel.types import Message, ToolCall
+from ctxfold import Emulator, Message, ReplySpec, ToolCall, message_to_openai
 
 summary_mod = pytest.importorskip("ctxfold.kernel.summary")
 extractive = pytest.importorskip("ctxfold.plugins.summarizers.extractive")
@@ -49,9 +47,8 @@ def test_summary_request_gets_extractive_summary_over_http(chars) -> None:
 def test_llm_summarizer_through_deepseek_provider(chars) -> None:
     deepseek = pytest.importorskip("ctxfold.plugins.providers.deepseek")
     llm = pytest.importorskip("ctxfold.plugins.summarizers.llm")
+    from ctxfold import ProviderOptions, Registry, StrategyContext
     from ctxfold.kernel.config import Config, ProviderConfig
-    from ctxfold.kernel.kinds import ProviderOptions, StrategyContext
-    from ctxfold.kernel.registry import Registry
 
     request = summary_mod.build_summary_request(
         Message(role="system", content="You are a coding agent."), fold_region(), (),

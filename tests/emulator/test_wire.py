@@ -8,8 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxfold.emulator import Emulator, ReplySpec
-from ctxfold.kernel.types import ToolCall
+from ctxfold import Emulator, ReplySpec, ToolCall
 
 SYSTEM = "You are a careful coding agent. " * 20
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import RecordingSummarizer, make_config
 
 import ctxfold
+from ctxfold import Message, SummaryResult, ToolCall
 from ctxfold.engine.check import FACTS_HEADING, check_summary, kept_facts, region_facts
 from ctxfold.kernel.config import CheckpointConfig
 from ctxfold.kernel.summary import (
@@ -20,7 +21,6 @@ from ctxfold.kernel.summary import (
     unwrap_summary,
     wrap_summary,
 )
-from ctxfold.kernel.types import Message, SummaryResult, ToolCall
 
 CONSTRAINT = "Do not change the public signature of parse_config."
 ERROR = "ValueError: limit 4096 exceeds maximum 1024"

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold import Message
+from ctxfold import Message, TextStats
 from ctxfold import open_session as open_real
 from ctxfold.engine.counts import decode_counts, encode_counts
-from ctxfold.kernel.types import TextStats
 from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 
 

@@ -11,8 +11,8 @@ from tests.conftest import RecordingSummarizer, make_config
 from tests.engine.test_manager import rounds, seed
 
 import ctxfold
+from ctxfold import SessionError
 from ctxfold.engine import lineage
-from ctxfold.kernel.errors import SessionError
 from ctxfold.plugins.stores.fs import FsStore
 
 

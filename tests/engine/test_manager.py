@@ -11,11 +11,17 @@ from pathlib import Path
 import pytest
 from tests.conftest import RecordingSummarizer
 
-from ctxfold.engine.manager import ContextManager
-from ctxfold.interop.chat import message_to_openai
-from ctxfold.kernel.errors import CompactionRequiredError, ProviderError, StoreError
+from ctxfold import (
+    CompactionRequiredError,
+    ContextManager,
+    Message,
+    ProviderError,
+    StoreError,
+    SummaryResult,
+    ToolCall,
+    message_to_openai,
+)
 from ctxfold.kernel.state import Action, CacheState
-from ctxfold.kernel.types import Message, SummaryResult, ToolCall
 
 MARKER = "[... tool result middle pruned ...]"
 
@@ -316,7 +322,7 @@ def test_rewind_drops_projection_covering_more(open_session) -> None:
 
 
 def test_observe_usage_only_calibrates(open_session) -> None:
-    from ctxfold.kernel.types import Usage
+    from ctxfold import Usage
 
     cm = open_session()
     seed(cm)
@@ -368,8 +374,7 @@ def test_a_huge_answer_the_user_already_replied_to_folds_instead_of_failing(open
 
 
 def test_append_refuses_what_the_transcript_could_not_load(open_session) -> None:
-    from ctxfold.interop.chat import message_from_openai
-    from ctxfold.kernel.errors import MessageError
+    from ctxfold import MessageError, message_from_openai
 
     cm = open_session()
     with pytest.raises(MessageError, match="tool_call_id must be a string"):
@@ -430,7 +435,7 @@ def test_resume_uses_the_providers_own_ttl(open_session) -> None:
 
 
 def test_telemetry_cache_counts_are_per_record(open_session) -> None:
-    from ctxfold.kernel.types import Usage
+    from ctxfold import Usage
 
     cm = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
     seed(cm)
@@ -470,7 +475,7 @@ def test_a_transcript_many_windows_long_is_folded_chunk_by_chunk(open_session) -
 def test_tools_set_on_an_open_session_are_what_its_requests_carry(open_session) -> None:
     """A proxy keeps one session open across requests whose tools change; the new tools
     must be what the request carries and what the estimate counts."""
-    from ctxfold.kernel.types import ToolSchema
+    from ctxfold import ToolSchema
 
     cm = open_session(window=20_000, ratio=0.5, summarizer=RecordingSummarizer())
     seed(cm)

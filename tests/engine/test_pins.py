@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import RecordingSummarizer, make_config
 
 import ctxfold
+from ctxfold import MessageError
 from ctxfold.engine import check as check_module
 from ctxfold.engine.pins import (
     LEFT_TO_SUMMARY,
@@ -21,7 +22,6 @@ from ctxfold.engine.pins import (
     standing_rules,
 )
 from ctxfold.kernel.config import CheckpointConfig
-from ctxfold.kernel.errors import MessageError
 from ctxfold.kernel.state import Action
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import Message, PinBlock, ToolCall

@@ -13,9 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from tests.conftest import RecordingSummarizer, make_config
 
-from ctxfold.engine.opening import open_session
-from ctxfold.interop.chat import message_to_openai
-from ctxfold.kernel.types import Message, ToolCall
+from ctxfold import Message, ToolCall, message_to_openai, open_session
 
 step = st.one_of(
     st.tuples(st.just("user"), st.text(min_size=1, max_size=200)),

@@ -8,9 +8,9 @@ from typing import Any
 from tests.conftest import RecordingSummarizer
 from tests.engine.test_manager import rounds, seed
 
-from ctxfold.engine.opening import open_session as reopen
+from ctxfold import ChatRequest, ChatResponse, Message, SummaryResult, Usage
+from ctxfold import open_session as reopen
 from ctxfold.kernel.ledger import LedgerTotal
-from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, SummaryResult, Usage
 
 
 class UsageProvider:

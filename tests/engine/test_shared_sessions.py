@@ -15,8 +15,8 @@ from typing import Any
 from tests.conftest import RecordingSummarizer, make_config
 
 import ctxfold
+from ctxfold import Message
 from ctxfold.kernel.state import Action
-from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs import FsStore
 
 

@@ -11,16 +11,11 @@ from typing import Any
 import attrs
 import pytest
 
+from ctxfold import Config, Message, Registry, SidecarCodec, SidecarState, SidecarVersionError
 from ctxfold.engine.sidecar import fresh_state, load_sidecar, save_sidecar
 from ctxfold.kernel.codec import message_from_dict
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import SidecarCodec
-from ctxfold.kernel.errors import SidecarVersionError
 from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash, fingerprint
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.state import SidecarState
-from ctxfold.kernel.types import Message
 from ctxfold.plugins.stores.fs import FsStore, StoreWarning
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from tests.conftest import RecordingSummarizer, make_config
 
 import ctxfold
+from ctxfold import SummaryResult
 from ctxfold.cli.main import main
-from ctxfold.kernel.types import SummaryResult
 from ctxfold.plugins.stores.fs_sidecar import StoreWarning
 
 

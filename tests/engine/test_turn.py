@@ -6,8 +6,14 @@ import pytest
 from tests.conftest import RecordingSummarizer
 from tests.engine.test_manager import rounds, seed
 
-from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError
-from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, Usage
+from ctxfold import (
+    ChatRequest,
+    ChatResponse,
+    CompactionRequiredError,
+    ContextLimitError,
+    Message,
+    Usage,
+)
 
 
 class ScriptedProvider:
@@ -91,7 +97,7 @@ def test_overflow_without_numbers_learns_the_window_from_the_request(open_sessio
 
 def test_local_only_messages_do_not_shift_fold_coverage(open_session) -> None:
     """Folded messages are never sent again: coverage maps view positions to canonical."""
-    from ctxfold.kernel.types import ToolCall
+    from ctxfold import ToolCall
 
     cm = open_session(window=30_000, ratio=0.5, summarizer=RecordingSummarizer())
     seed(cm)

@@ -15,8 +15,8 @@ from tests.conftest import RecordingSummarizer, make_config
 from tests.engine.test_manager import call, rounds, seed
 
 import ctxfold
+from ctxfold import Message, RequestShape, ToolCall
 from ctxfold.kernel.config import AgentConfig, ProviderConfig
-from ctxfold.kernel.types import Message, RequestShape, ToolCall
 
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run a command.",
                                          "parameters": {"type": "object", "properties": {}}}}

@@ -20,12 +20,10 @@ from pydantic import TypeAdapter
 from tests.conftest import make_config
 
 import ctxfold
-from ctxfold.emulator import Emulator, ReplySpec
+from ctxfold import Emulator, Message, ProviderOptions, ReplySpec, ToolCall
 from ctxfold.interop.anthropic import to_anthropic
 from ctxfold.interop.coerce import to_messages
 from ctxfold.kernel.config import ProviderConfig
-from ctxfold.kernel.kinds import ProviderOptions
-from ctxfold.kernel.types import Message, ToolCall
 
 BLOCKS: list[dict[str, Any]] = [
     {"type": "thinking", "thinking": "List the files.", "signature": "SIG=="},

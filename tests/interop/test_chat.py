@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ctxfold import Message, MessageError, ToolCall, ToolSchema
 from ctxfold.interop.chat import (
     message_from_openai,
     message_to_openai,
@@ -15,8 +16,6 @@ from ctxfold.interop.chat import (
     tool_schema_to_openai,
 )
 from ctxfold.kernel.codec import dumps_message, message_from_dict, message_to_dict
-from ctxfold.kernel.errors import MessageError
-from ctxfold.kernel.types import Message, ToolCall, ToolSchema
 
 text = st.text(max_size=50)
 calls = st.lists(st.builds(ToolCall, id=text, name=text, arguments=text), max_size=3)
@@ -100,7 +99,7 @@ def test_tool_schema_round_trip() -> None:
      {"role": "user", "content": "x", "tool_calls": [{"id": 1, "name": "f"}]}],
 )
 def test_transcript_lines_are_structured_strictly(line, tmp_path) -> None:
-    from ctxfold.kernel.errors import StoreError
+    from ctxfold import StoreError
     from ctxfold.plugins.stores.fs import FsStore
 
     with pytest.raises(Exception):  # noqa: B017 - cattrs' ClassValidationError

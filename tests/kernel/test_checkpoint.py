@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ctxfold import Message, RequestShape, ToolCall, Usage
 from ctxfold.kernel import maintenance
 from ctxfold.kernel.summary import SUMMARY_INSTRUCTION_MARKER, is_summary_message
-from ctxfold.kernel.types import Message, RequestShape, ToolCall, Usage
 
 
 class Chars:

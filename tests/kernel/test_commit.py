@@ -7,10 +7,10 @@ import attrs
 import pytest
 from tests.kernel.test_maintenance import context, performer, session
 
+from ctxfold import Message, StaleContextError
 from ctxfold.engine import driving
 from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance
-from ctxfold.kernel.errors import StaleContextError
 from ctxfold.kernel.fingerprint import covered_prefix_hash
 from ctxfold.kernel.maintenance import Capture, Commit, installed, recorded
 from ctxfold.kernel.state import (
@@ -21,7 +21,6 @@ from ctxfold.kernel.state import (
     SidecarState,
     TelemetryRecord,
 )
-from ctxfold.kernel.types import Message
 
 CANONICAL = [Message(role="system", content="s"), Message(role="user", content="task"),
              Message(role="assistant", content="a")]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import attrs
 import pytest
 
+from ctxfold import Message, ToolCall
 from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash, fingerprint
-from ctxfold.kernel.types import Message, ToolCall
 
 BASE = [
     Message(role="system", content="sys"),

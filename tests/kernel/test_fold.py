@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ctxfold import Message, ToolCall
 from ctxfold.kernel import maintenance
 from ctxfold.kernel.summary import wrap_summary
-from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.kernel.view import canonical_index
 
 

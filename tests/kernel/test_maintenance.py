@@ -13,15 +13,10 @@ from collections.abc import Sequence
 import attrs
 import pytest
 
+from ctxfold import CompactionRequiredError, ProviderError, StaleContextError, SummaryFailedError
 from ctxfold.engine import driving
 from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance
-from ctxfold.kernel.errors import (
-    CompactionRequiredError,
-    ProviderError,
-    StaleContextError,
-    SummaryFailedError,
-)
 from ctxfold.kernel.maintenance import (
     Commit,
     Latches,

@@ -7,9 +7,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxfold import Message
 from ctxfold.kernel import fingerprint as fp
 from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash
-from ctxfold.kernel.types import Message
 
 
 def messages(n: int, tag: str = "m") -> list[Message]:

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.errors import PluginError
-from ctxfold.kernel.hookspecs import hookimpl
+from ctxfold import Config, PluginError, Registry, hookimpl
 from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions, StrategySpec
 from ctxfold.kernel.plugin_manager import make_plugin_manager
-from ctxfold.kernel.registry import Registry
 from ctxfold.plugins import DEFAULT_PLUGINS
 
 

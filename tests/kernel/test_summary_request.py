@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxfold.kernel.errors import MaintenanceError, SummaryFailedError
+from ctxfold import (
+    MaintenanceError,
+    Message,
+    SummaryFailedError,
+    SummaryResult,
+    ToolCall,
+    ToolSchema,
+)
 from ctxfold.kernel.summary import (
     SUMMARY_HEADINGS,
     SUMMARY_INSTRUCTION,
@@ -22,7 +29,6 @@ from ctxfold.kernel.summary import (
     validate_summary_result,
     wrap_summary,
 )
-from ctxfold.kernel.types import Message, SummaryResult, ToolCall, ToolSchema
 
 SYSTEM = Message(role="system", content="You are a coding agent.")
 REGION = (

@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxfold.kernel.state import Projection
-from ctxfold.kernel.types import Message, RequestShape, ToolSchema
+from ctxfold import Message, Projection, RequestShape, ToolSchema
 from ctxfold.kernel.view import ViewTracker, input_hash, message_counter, visible_view
 from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 

@@ -10,10 +10,9 @@ import os
 
 import pytest
 
+from ctxfold import ChatRequest, Message, Registry
 from ctxfold.kernel.config import Config, ProviderConfig
 from ctxfold.kernel.kinds import PROVIDER
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import ChatRequest, Message
 
 pytestmark = pytest.mark.live
 

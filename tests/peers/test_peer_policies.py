@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.registry import Registry
+from ctxfold import Config, Registry
 from ctxfold.plugins.policies.peers import PEERS
 from ctxfold.replay import DEFAULT_RESERVE_OUTPUT, ReplaySettings, replay_paths, replay_sessions
 from ctxfold.replay.demo import DEMO_WINDOW, demo_session
@@ -98,7 +97,7 @@ def test_peers_on_two_shared_transcripts(registry: Registry) -> None:
 
 
 def _setup(tmp_path: Path, summarizer: Any = None) -> Any:
-    from ctxfold.kernel.kinds import PolicyOptions
+    from ctxfold import PolicyOptions
     from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
     from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 
@@ -131,8 +130,8 @@ def test_peers_merge_their_previous_summary_and_show_tool_calls(tmp_path: Path, 
                                                                 cls: str) -> None:
     """The library's previous summary, in its own wrapper, reaches the summarizer as a
     summary to merge (not as the task statement), and tool calls are part of what it sees."""
+    from ctxfold import Usage
     from ctxfold.kernel.summary import is_summary_message
-    from ctxfold.kernel.types import Usage
 
     recording = Recording()
     session, setup = _setup(tmp_path, recording)
@@ -152,7 +151,7 @@ def test_peers_merge_their_previous_summary_and_show_tool_calls(tmp_path: Path, 
 def test_langchain_and_pydantic_receive_the_usage_of_each_request(tmp_path: Path) -> None:
     from langchain_core.messages import AIMessage
 
-    from ctxfold.kernel.types import Message, Usage
+    from ctxfold import Message, Usage
     from ctxfold.plugins.policies.peers.langchain import LangChainSummarization
     from ctxfold.plugins.policies.peers.pydantic_ai_harness import PydanticAIHarness
 

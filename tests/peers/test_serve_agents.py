@@ -18,7 +18,7 @@ import pytest
 from tests.serve.conftest import call, log_text, serving
 
 import ctxfold
-from ctxfold.emulator import ReplySpec
+from ctxfold import ReplySpec
 from ctxfold.interop.coerce import to_messages
 from ctxfold.serve.sessions import USE_CAPABILITY, reconcile
 

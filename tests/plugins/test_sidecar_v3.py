@@ -11,12 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ctxfold import Config, Message, Registry, SidecarError, SidecarVersionError, ToolCall
 from ctxfold.engine.sidecar import dumps_state
 from ctxfold.kernel.codec import message_from_dict
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
-from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.state import (
     RECEIPT_ACTIONS,
     RECEIPT_STATUSES,
@@ -27,7 +25,6 @@ from ctxfold.kernel.state import (
     SidecarState,
     TelemetryRecord,
 )
-from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.plugins.sidecar_v3 import LEGACY_FIELDS, SidecarV3Codec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"

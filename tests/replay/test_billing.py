@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxfold.kernel.types import Message
+from ctxfold import Message
 from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 from ctxfold.replay.billing import Biller, make_cache, token_source_for
 from ctxfold.replay.pricing import PRICES

@@ -12,13 +12,17 @@ from typing import Any
 import pytest
 from tests.replay.test_runner import tiny_replay
 
-from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.kinds import PolicyOptions
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.sessions import ImportedSession
+from ctxfold import (
+    USE_CAPABILITY_TOOL,
+    Config,
+    ImportedSession,
+    Message,
+    PolicyOptions,
+    Registry,
+    RequestShape,
+    ToolCall,
+)
 from ctxfold.kernel.summary import is_summary_message, unwrap_summary
-from ctxfold.kernel.types import Message, RequestShape, ToolCall
 from ctxfold.plugins.policies.codex_like import codex_truncate
 from ctxfold.plugins.policies.opencode_like import opencode_truncate
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer

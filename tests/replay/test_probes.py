@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from ctxfold import Message, ToolCall
 from ctxfold.engine.probes import WEIGHTS, FidelityScorer, RequestFidelity, extract_probes
 from ctxfold.kernel.summary import wrap_summary
-from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.replay.fidelity import FidelitySummary
 
 TASK = ("Fix `parse_config` in src/config.py so that a limit of 4096 is accepted. "

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import Registry
 from ctxfold.cli.main import main
 from ctxfold.cli.replay_cmd import profile_window
 from ctxfold.importing import expand_paths
-from ctxfold.kernel.registry import Registry
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "transcripts"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
@@ -40,8 +40,8 @@ def test_the_shared_transcripts_folder_expands_to_every_session(registry: Regist
 
 def test_readme_mentioning_the_xml_root_is_not_an_export(registry: Registry,
                                                          tmp_path: Path) -> None:
+    from ctxfold import ImporterError
     from ctxfold.importing import detect_format
-    from ctxfold.kernel.errors import ImporterError
 
     readme = tmp_path / "README.xml"
     readme.write_text("This folder holds a <claude-session> export.\n")
@@ -100,9 +100,7 @@ def test_fairness_switches_are_validated(flag: str, value: str, capsys) -> None:
 
 
 def test_unavailable_policies_are_named_not_silently_dropped(tmp_path: Path, capsys) -> None:
-    from ctxfold.kernel.hookspecs import hookimpl
-    from ctxfold.kernel.kinds import StrategySpec
-    from ctxfold.kernel.registry import Registry
+    from ctxfold import Registry, StrategySpec, hookimpl
 
     class Plugin:
         @hookimpl
@@ -115,8 +113,7 @@ def test_unavailable_policies_are_named_not_silently_dropped(tmp_path: Path, cap
     assert "needs-nothing-real" not in registry.available("policy")
     why = registry.unavailable("policy")["needs-nothing-real"]
     assert "no_such_module_xyz" in why and "pip install no-such-thing" in why
-    from ctxfold.kernel.config import Config
-    from ctxfold.kernel.errors import PluginError
+    from ctxfold import Config, PluginError
 
     with pytest.raises(PluginError, match="no_such_module_xyz"):
         registry.create("policy", "needs-nothing-real", config=Config())

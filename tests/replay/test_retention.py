@@ -7,7 +7,7 @@ import ast
 import json
 from pathlib import Path
 
-from ctxfold.kernel.types import Message, ToolCall
+from ctxfold import Message, ToolCall
 from ctxfold.replay.retention import Counts, RetentionScorer, RetentionSummary, facts_in
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,12 +12,9 @@ from typing import Any
 
 import pytest
 
+from ctxfold import Config, ImportedSession, Message, Registry, RequestShape, Usage
 from ctxfold.emulator.cache import PrefixCache
 from ctxfold.emulator.tokens import ASSISTANT, BOS, EOS, USER, encode_segments, request_segments
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.sessions import ImportedSession
-from ctxfold.kernel.types import Message, RequestShape, Usage
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.replay import DEFAULT_RESERVE_OUTPUT, ReplaySettings, replay_sessions
 from ctxfold.replay.demo import DEMO_WINDOW, demo_session
@@ -123,7 +120,7 @@ class _Vandal:
         self.seen.append(message)
 
     def request(self) -> Any:
-        from ctxfold.kernel.sessions import PolicyRequest
+        from ctxfold import PolicyRequest
 
         edited = [Message(role=m.role, content=m.content + "!") if m.role == "user" else m
                   for m in self.seen]
@@ -134,8 +131,7 @@ class _Vandal:
 
 
 def test_broken_invariants_are_detected() -> None:
-    from ctxfold.kernel.hookspecs import hookimpl
-    from ctxfold.kernel.kinds import StrategySpec
+    from ctxfold import StrategySpec, hookimpl
 
     class Plugin:
         @hookimpl
@@ -195,8 +191,7 @@ class _BigSummary:
         self.seen.append(message)
 
     def request(self) -> Any:
-        from ctxfold.kernel.sessions import PolicyRequest, SummaryCall
-        from ctxfold.kernel.types import SummaryRequest
+        from ctxfold import PolicyRequest, SummaryCall, SummaryRequest
 
         huge = SummaryRequest(messages=(Message(role="user", content="z" * self.prompt),),
                               tools=(), max_tokens=100)
@@ -209,8 +204,7 @@ class _BigSummary:
 
 
 def test_a_summary_request_over_the_budget_is_an_overflow() -> None:
-    from ctxfold.kernel.hookspecs import hookimpl
-    from ctxfold.kernel.kinds import StrategySpec
+    from ctxfold import StrategySpec, hookimpl
 
     class Plugin:
         @hookimpl
@@ -226,8 +220,7 @@ def test_a_summary_request_over_the_budget_is_an_overflow() -> None:
 
 
 def test_a_summary_whose_briefing_does_not_fit_the_reservation_is_an_overflow() -> None:
-    from ctxfold.kernel.hookspecs import hookimpl
-    from ctxfold.kernel.kinds import StrategySpec
+    from ctxfold import StrategySpec, hookimpl
 
     def run(briefing: str) -> Any:
         class Plugin:

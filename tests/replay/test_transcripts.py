@@ -32,7 +32,7 @@ def _sessions() -> list[object]:
 @pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason=f"{TRANSCRIPTS} is absent")
 @pytest.mark.parametrize("path", _sessions(), ids=lambda p: getattr(p, "name", str(p)))
 def test_ctxfold_policy_keeps_invariants_on_real_transcripts(path: Path) -> None:
-    from ctxfold.replay import ReplaySettings, replay_paths
+    from ctxfold import ReplaySettings, replay_paths
 
     settings = ReplaySettings(window=64_000, policies=("ctxfold",))
     (session,) = replay_paths([path], settings)
@@ -53,7 +53,7 @@ def test_the_fair_replay_at_32k_shows_what_docs_replay_md_claims() -> None:
     both complete it keeps at least as many continuation and far facts as codex-like;
     openhands-like keeps more far facts than ctxfold, at a higher cost (where ctxfold loses).
     A change of the engine that moves these must move the docs with them."""
-    from ctxfold.replay import ReplaySettings, replay_paths
+    from ctxfold import ReplaySettings, replay_paths
     from ctxfold.replay.results import paired
 
     settings = ReplaySettings(window=32_000,

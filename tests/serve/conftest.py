@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import ctxfold
-from ctxfold.emulator import Emulator, Fault, ReplySpec
+from ctxfold import Emulator, Fault, ProviderOptions, ReplySpec
 from ctxfold.emulator.records import Outcome
 from ctxfold.kernel.config import (
     Config,
@@ -26,7 +26,6 @@ from ctxfold.kernel.config import (
     StoreConfig,
     SummarizerConfig,
 )
-from ctxfold.kernel.kinds import ProviderOptions
 from ctxfold.serve import ProxyServer, ServeSettings, build_proxy
 from ctxfold.serve.guard import GuardSettings
 from ctxfold.serve.proxy import Proxy

@@ -18,7 +18,7 @@ import pytest
 from tests.serve.conftest import HeaderEmulator, Served, call, log_text
 
 import ctxfold
-from ctxfold.emulator import Fault, ReplySpec
+from ctxfold import Fault, ReplySpec
 from ctxfold.interop.anthropic import from_anthropic
 from ctxfold.serve.sessions import USE_CAPABILITY, reconcile
 

@@ -21,9 +21,8 @@ from tests.serve.conftest import Served
 from tests.serve.test_serve_anthropic import client_of
 from tests.serve.test_serve_render_anthropic import read_with_the_sdk
 
-from ctxfold.emulator import Fault, ReplySpec
+from ctxfold import Fault, ReplySpec, SseEvent, Usage
 from ctxfold.interop.anthropic import from_anthropic
-from ctxfold.kernel.types import SseEvent, Usage
 from ctxfold.serve.deltas import (
     AnthropicDeltas,
     CallArgs,

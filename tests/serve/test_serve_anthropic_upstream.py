@@ -24,7 +24,7 @@ from tests.serve.test_serve_anthropic import (
     script,
 )
 
-from ctxfold.emulator import Fault, ReplySpec
+from ctxfold import Fault, ReplySpec
 from ctxfold.interop.anthropic import from_anthropic
 from ctxfold.serve.sessions import USE_CAPABILITY, reconcile
 

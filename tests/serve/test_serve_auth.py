@@ -13,8 +13,7 @@ import pytest
 from tests.emulator.conftest import CharTokens
 from tests.serve.conftest import BASH, HeaderEmulator, call, quarter
 
-from ctxfold.emulator import Fault, ReplySpec
-from ctxfold.kernel.errors import AuthenticationError
+from ctxfold import AuthenticationError, Fault, ReplySpec
 from ctxfold.serve.errors import error_answer
 
 SECRET = "sk-client-7f3a9c1e5b2d4f6a8c0e"

@@ -12,8 +12,8 @@ from tests.serve.test_serve_chat import assemble
 from tests.serve.test_serve_responses import final_response
 
 import ctxfold
+from ctxfold import ReplySpec
 from ctxfold.capabilities.bounding import result_ref
-from ctxfold.emulator import ReplySpec
 from ctxfold.serve.sessions import USE_CAPABILITY
 
 

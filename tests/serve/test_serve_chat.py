@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tests.serve.conftest import BASH, Served, call, log_text
 
-from ctxfold.emulator import ReplySpec
+from ctxfold import ReplySpec
 from ctxfold.interop.coerce import to_messages
 from ctxfold.serve.sessions import reconcile
 from ctxfold.transport.provider import serialize_body

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from tests.serve.conftest import Served
 
-from ctxfold.emulator import Fault, ReplySpec
+from ctxfold import Fault, ReplySpec
 
 
 def send(served: Served, session: str, text: str, out: dict[str, Any]) -> None:

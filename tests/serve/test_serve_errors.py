@@ -14,7 +14,7 @@ import openai
 import pytest
 from tests.serve.conftest import BASH
 
-from ctxfold.emulator import Fault, ReplySpec
+from ctxfold import Fault, ReplySpec
 
 HELLO = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 

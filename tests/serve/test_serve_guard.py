@@ -14,8 +14,7 @@ import httpx
 import pytest
 from tests.serve.conftest import Served
 
-from ctxfold.emulator import ReplySpec
-from ctxfold.kernel.errors import ConfigError
+from ctxfold import ConfigError, ReplySpec
 from ctxfold.serve import GuardSettings, ProxyServer
 from ctxfold.serve.guard import MIB, exposure_error, host_name
 

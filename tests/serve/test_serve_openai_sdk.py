@@ -19,7 +19,7 @@ from tests.serve.conftest import (
 from tests.serve.test_serve_chat import SYSTEM, TASKS
 
 import ctxfold
-from ctxfold.emulator import ReplySpec
+from ctxfold import ReplySpec
 from ctxfold.interop.coerce import to_messages
 from ctxfold.serve.sessions import USE_CAPABILITY, reconcile
 

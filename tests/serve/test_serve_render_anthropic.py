@@ -10,7 +10,7 @@ from typing import Any
 
 from anthropic.lib.streaming._messages import accumulate_event
 
-from ctxfold.kernel.types import SseEvent, Usage
+from ctxfold import SseEvent, Usage
 from ctxfold.serve.deltas import AnthropicDeltas, CallArgs, CallStart, Reasoning, Text
 from ctxfold.serve.render_anthropic import AnthropicRenderer
 

@@ -12,7 +12,7 @@ from tests.postgres import StoreSpec, postgres_spec  # noqa: F401  (the fixture)
 from tests.serve.conftest import BASH, call, log_text, quarter
 
 import ctxfold
-from ctxfold.emulator import Emulator
+from ctxfold import Emulator, ProviderOptions
 from ctxfold.interop.coerce import to_messages
 from ctxfold.kernel.config import (
     Config,
@@ -21,7 +21,6 @@ from ctxfold.kernel.config import (
     StoreConfig,
     SummarizerConfig,
 )
-from ctxfold.kernel.kinds import ProviderOptions
 from ctxfold.serve import ProxyServer, ServeSettings, build_proxy
 from ctxfold.serve.sessions import reconcile
 

@@ -10,9 +10,8 @@ import pytest
 from tests.serve.conftest import BASH, BASH_RESPONSES, Served, log_text
 from tests.serve.test_serve_chat import SYSTEM, TASKS, assert_byte_stable, chat_loop, script
 
-from ctxfold.emulator import ReplySpec
+from ctxfold import Message, ReplySpec, SseEvent, Usage
 from ctxfold.interop.coerce import to_messages
-from ctxfold.kernel.types import Message, SseEvent, Usage
 from ctxfold.serve.deltas import Item, ResponsesDeltas
 from ctxfold.serve.render_responses import ResponsesRenderer
 from ctxfold.serve.sessions import reconcile

@@ -13,11 +13,8 @@ import pytest
 from tests.emulator.conftest import CharTokens
 
 import ctxfold
-from ctxfold.emulator import Emulator, Fault, ReplySpec
+from ctxfold import ChatRequest, Emulator, Fault, Message, ProviderError, ProviderOptions, ReplySpec
 from ctxfold.kernel.config import Config, EstimatorConfig, ProviderConfig, StoreConfig
-from ctxfold.kernel.errors import ProviderError
-from ctxfold.kernel.kinds import ProviderOptions
-from ctxfold.kernel.types import ChatRequest, Message
 
 #: Keys of several formats: none needs a known prefix to be masked.
 KEYS = [

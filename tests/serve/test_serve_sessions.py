@@ -14,8 +14,7 @@ import pytest
 from tests.serve.conftest import Served, call, log_text
 
 import ctxfold
-from ctxfold.emulator import Fault, ReplySpec
-from ctxfold.kernel.types import Message, ToolCall
+from ctxfold import Fault, Message, ReplySpec, ToolCall
 from ctxfold.serve.sessions import (
     ClientView,
     client_key,

@@ -15,8 +15,8 @@ import pytest
 from openai import APIError, OpenAI
 
 import ctxfold
+from ctxfold import ProviderOptions
 from ctxfold.kernel.config import Config, EstimatorConfig, ProviderConfig, StoreConfig
-from ctxfold.kernel.kinds import ProviderOptions
 from ctxfold.serve import ProxyServer, ServeSettings, build_proxy
 
 PAUSE = 0.6

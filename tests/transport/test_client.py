@@ -10,9 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxfold.kernel.errors import (
+from ctxfold import (
     AuthenticationError,
+    ChatRequest,
+    ChatResponse,
     ContextLimitError,
+    Message,
     ProviderConnectionError,
     ProviderRequestError,
     ProviderResponseError,
@@ -20,7 +23,6 @@ from ctxfold.kernel.errors import (
     RateLimitError,
     ServerError,
 )
-from ctxfold.kernel.types import ChatRequest, ChatResponse, Message
 from ctxfold.secrets import redact_text as redact
 from ctxfold.transport.client import HttpClient, HttpSettings
 from ctxfold.transport.errors import stream_cut

@@ -9,10 +9,9 @@ import logging
 import pytest
 
 import ctxfold
+from ctxfold import ChatRequest, Emulator, Message
 from ctxfold.cli.main import main
-from ctxfold.emulator import Emulator
 from ctxfold.kernel.config import Config, ProviderConfig
-from ctxfold.kernel.types import ChatRequest, Message
 
 PASSWORD = "hunter2-Pa55word"
 KEY = "sk-live-abcdefghijklmnop1234"

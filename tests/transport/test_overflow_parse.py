@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxfold.kernel.errors import ContextLimitError
+from ctxfold import ContextLimitError
 from ctxfold.transport.overflow import parse_context_limit
 
 DEEPSEEK_V4 = (

@@ -10,8 +10,7 @@ import httpx
 import pytest
 from tests.transport.test_client import ENV, KEY, Fake, provider, stream_of
 
-from ctxfold.kernel.errors import ProviderConnectionError, RateLimitError, ServerError
-from ctxfold.kernel.types import ChatRequest, Message
+from ctxfold import ChatRequest, Message, ProviderConnectionError, RateLimitError, ServerError
 from ctxfold.transport.aclient import AsyncHttpClient
 from ctxfold.transport.client import HttpSettings
 from ctxfold.transport.provider import partial_message_of

@@ -7,18 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold.emulator import Fault, ReplySpec
-from ctxfold.engine.opening import open_session
-from ctxfold.kernel.errors import (
+from ctxfold import (
+    Fault,
+    Message,
     ProviderConnectionError,
     ProviderError,
     ProviderResponseError,
     ProviderTimeoutError,
+    Registry,
+    ReplySpec,
     ServerError,
+    open_session,
 )
 from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message
 from ctxfold.testing import EMULATOR_KEY_ENV
 
 SECRET = "sk-ctxfold-test-SECRET-7f3a9c"

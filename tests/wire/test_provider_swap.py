@@ -10,12 +10,8 @@ import attrs
 import pytest
 
 import ctxfold
-from ctxfold.config.load import load_config
-from ctxfold.engine.manager import ContextManager
-from ctxfold.engine.opening import open_session
+from ctxfold import ContextManager, Message, Registry, load_config, open_session
 from ctxfold.kernel.kinds import PROVIDER
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message
 from ctxfold.testing import EMULATOR_KEY_ENV
 
 TASK = "Refactor the parser. You must keep the public API unchanged."

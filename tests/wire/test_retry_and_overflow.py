@@ -10,13 +10,18 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ctxfold.emulator import Fault, ReplySpec
-from ctxfold.engine.opening import open_session
+from ctxfold import (
+    CompactionRequiredError,
+    Fault,
+    Message,
+    RateLimitError,
+    Registry,
+    ReplySpec,
+    ToolCall,
+    open_session,
+)
 from ctxfold.kernel.config import AgentConfig, SummarizerConfig
-from ctxfold.kernel.errors import CompactionRequiredError, RateLimitError
 from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, ToolCall
 
 
 def session(config, *, summarize_with_provider: bool = False, **options):

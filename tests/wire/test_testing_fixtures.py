@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from ctxfold import ChatRequest, Message, open_session
-from ctxfold.emulator import Fault, ReplySpec
+from ctxfold import ChatRequest, Fault, Message, ReplySpec, open_session
 
 
 def test_retries_on_429(ctxfold_emulator, ctxfold_provider_config, ctxfold_registry):

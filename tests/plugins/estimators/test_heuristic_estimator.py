@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxfold.kernel.config import Config
+from ctxfold import Config, Message, Registry, RequestShape, Usage
 from ctxfold.kernel.kinds import ESTIMATOR
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, RequestShape, Usage
 from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 
 

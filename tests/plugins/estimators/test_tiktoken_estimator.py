@@ -13,11 +13,8 @@ from typing import Any
 
 import pytest
 
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.errors import PluginError
+from ctxfold import Config, Message, PluginError, Registry, RequestShape
 from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, RequestShape
 from ctxfold.plugins.estimators import tiktoken as plugin
 
 

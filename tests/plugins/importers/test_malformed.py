@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from ctxfold.importing import import_session
-from ctxfold.kernel.errors import CtxfoldError, ImporterError
-from ctxfold.kernel.registry import Registry
+from ctxfold import CtxfoldError, ImporterError, Registry, import_session
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "importers"
 

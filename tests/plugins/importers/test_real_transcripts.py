@@ -6,10 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import ImportedSession, ImporterOptions, Registry
 from ctxfold.importing import detect_format, import_session
-from ctxfold.kernel.kinds import ImporterOptions
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.sessions import ImportedSession
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DATA = REPO_ROOT.parent / "shared" / "data" / "transcripts"

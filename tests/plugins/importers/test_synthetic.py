@@ -8,11 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import ImportedSession, ImporterOptions, Registry, Usage
 from ctxfold.importing import detect_format, import_session
-from ctxfold.kernel.kinds import ImporterOptions
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.sessions import ImportedSession
-from ctxfold.kernel.types import Usage
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "importers"
 CONV = FIXTURES / "openhands_v1" / "conv0001"
@@ -75,8 +72,8 @@ def test_openai_shapes(name: str, registry: Registry) -> None:
 
 
 def test_openai_reads_ctxfold_transcript_lines(tmp_path: Path, registry: Registry) -> None:
+    from ctxfold import Message, ToolCall
     from ctxfold.kernel.codec import dumps_message
-    from ctxfold.kernel.types import Message, ToolCall
 
     messages = [
         Message(role="user", content="hi"),

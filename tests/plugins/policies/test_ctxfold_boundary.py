@@ -10,11 +10,8 @@ from typing import Any
 import pytest
 from tests.replay.test_runner import TemplateEstimator, tiny_replay
 
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.kinds import PolicyOptions
-from ctxfold.kernel.registry import Registry
+from ctxfold import Config, Message, PolicyOptions, Registry, ToolCall, ToolSchema
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import Message, ToolCall, ToolSchema
 from ctxfold.plugins.policies.ctxfold_engine import BoundaryCtxfoldPolicy, is_task_boundary
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.replay.runner import build_policies

@@ -9,9 +9,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ctxfold.kernel.kinds import PolicyOptions
+from ctxfold import Message, PolicyOptions, RequestShape, ToolCall, Usage
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import Message, RequestShape, ToolCall, Usage
 from ctxfold.plugins.policies._common import scaled
 from ctxfold.plugins.policies.codex_like import CodexLikePolicy
 from ctxfold.plugins.policies.masking import MaskingPolicy
@@ -150,7 +149,7 @@ def test_scaling_rule_is_proportional_below_the_reference_window() -> None:
 @pytest.mark.parametrize("name", ["ctxfold", "append-only", "truncate-oldest", "codex-like",
                                   "opencode-like", "openhands-like", "masking"])
 def test_every_policy_is_registered_with_a_description(name: str) -> None:
-    from ctxfold.kernel.registry import Registry
+    from ctxfold import Registry
 
     registry = Registry.from_config(load_entry_points=False)
     spec = registry.get("policy", name)

@@ -9,10 +9,9 @@ import httpx
 import pytest
 from providers_support import SECRET
 
+from ctxfold import HttpProvider, Registry
 from ctxfold.kernel.config import Config, ProviderConfig
 from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
-from ctxfold.kernel.registry import Registry
-from ctxfold.transport.provider import HttpProvider
 
 
 @pytest.fixture

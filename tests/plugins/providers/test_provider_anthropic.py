@@ -14,16 +14,20 @@ from anthropic.types import message_create_params
 from providers_support import SECRET, Recorder, sse_bytes, sse_response
 from pydantic import TypeAdapter
 
-from ctxfold.interop.anthropic import from_anthropic, to_anthropic
-from ctxfold.kernel.config import ProviderConfig
-from ctxfold.kernel.errors import (
+from ctxfold import (
+    ChatRequest,
     ContextLimitError,
+    Message,
     ProviderConnectionError,
     RateLimitError,
     ServerError,
+    SseEvent,
+    ToolCall,
+    ToolSchema,
 )
+from ctxfold.interop.anthropic import from_anthropic, to_anthropic
+from ctxfold.kernel.config import ProviderConfig
 from ctxfold.kernel.summary import wrap_summary
-from ctxfold.kernel.types import ChatRequest, Message, SseEvent, ToolCall, ToolSchema
 from ctxfold.plugins.providers.anthropic import (
     DEFAULTS,
     AnthropicStream,

@@ -10,10 +10,17 @@ import httpx
 import pytest
 from providers_support import SECRET, Recorder, sse_response
 
+from ctxfold import (
+    ChatRequest,
+    ContextLimitError,
+    Message,
+    Provider,
+    ProviderConnectionError,
+    ProviderResponseError,
+    ToolCall,
+    ToolSchema,
+)
 from ctxfold.kernel.config import ProviderConfig
-from ctxfold.kernel.contracts import Provider
-from ctxfold.kernel.errors import ContextLimitError, ProviderConnectionError, ProviderResponseError
-from ctxfold.kernel.types import ChatRequest, Message, ToolCall, ToolSchema
 from ctxfold.transport.provider import HttpProvider, partial_message_of
 
 USAGE = {

@@ -6,8 +6,7 @@ import httpx
 import pytest
 from providers_support import Recorder, sse_response
 
-from ctxfold.kernel.errors import ContextLimitError, ProviderRequestError
-from ctxfold.kernel.types import ChatRequest, Message, ToolCall
+from ctxfold import ChatRequest, ContextLimitError, Message, ProviderRequestError, ToolCall
 
 MESSAGES = (
     Message(role="user", content="hi"),

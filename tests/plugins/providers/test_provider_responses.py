@@ -8,9 +8,16 @@ import httpx
 import pytest
 from providers_support import Recorder, sse_response
 
+from ctxfold import (
+    ChatRequest,
+    ContextLimitError,
+    Message,
+    ProviderConnectionError,
+    ServerError,
+    ToolCall,
+    ToolSchema,
+)
 from ctxfold.interop.responses import input_items
-from ctxfold.kernel.errors import ContextLimitError, ProviderConnectionError, ServerError
-from ctxfold.kernel.types import ChatRequest, Message, ToolCall, ToolSchema
 from ctxfold.transport.provider import partial_message_of
 
 MESSAGES = (

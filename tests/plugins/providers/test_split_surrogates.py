@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from providers_support import Recorder, sse_response
 
-from ctxfold.kernel.types import ChatRequest, Message
+from ctxfold import ChatRequest, Message
 
 ASK = (Message(role="user", content="smile"),)
 

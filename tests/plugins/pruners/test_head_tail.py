@@ -7,11 +7,8 @@ import tracemalloc
 import attrs
 import pytest
 
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import Pruner
+from ctxfold import Config, Message, Pruner, Registry, ToolCall
 from ctxfold.kernel.kinds import PRUNER
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.plugins.pruners.head_tail import (
     PRUNE_HEAD,
     PRUNE_MARKER,

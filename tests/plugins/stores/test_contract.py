@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.postgres import StoreSpec
 
-from ctxfold.kernel.types import Message
+from ctxfold import Message
 from ctxfold.testing import StoreContract
 
 

@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold import Message, Registry, SessionError, SidecarError, Store, StoreError, ToolCall
 from ctxfold.kernel.config import Config, StoreConfig
-from ctxfold.kernel.contracts import Store
-from ctxfold.kernel.errors import SessionError, SidecarError, StoreError
 from ctxfold.kernel.kinds import STORE, StoreOptions
-from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, ToolCall
 from ctxfold.plugins.stores import fs as fs_module
 from ctxfold.plugins.stores.fs import FsStore, StoreWarning
 
@@ -665,8 +662,7 @@ def test_a_session_held_by_filelock_elsewhere_is_waited_for_then_refused(
     import filelock
 
     import ctxfold.plugins.stores.fs as fs_module
-    from ctxfold.kernel.errors import StoreError
-    from ctxfold.kernel.types import Message
+    from ctxfold import Message, StoreError
     from ctxfold.plugins.stores.fs import FsStore
 
     store = FsStore(tmp_path)

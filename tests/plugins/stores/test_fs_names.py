@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxfold.kernel.errors import StoreError
-from ctxfold.kernel.types import Message
+from ctxfold import Message, StoreError
 from ctxfold.plugins.stores.copying import copy_session
 from ctxfold.plugins.stores.fs import FsStore
 from ctxfold.plugins.stores.fs_sidecar import StoreWarning

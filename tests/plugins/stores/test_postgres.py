@@ -20,8 +20,7 @@ from tests.pg_proxy import PgProxy
 from tests.postgres import StoreSpec
 
 import ctxfold
-from ctxfold.kernel.errors import AppendError, StoreError
-from ctxfold.kernel.types import Message
+from ctxfold import AppendError, Message, StoreError
 from ctxfold.plugins.stores.postgres import PostgresStore
 from ctxfold.plugins.stores.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 

@@ -22,8 +22,7 @@ import pytest
 from tests.postgres import StoreSpec
 
 import ctxfold
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import Store
+from ctxfold import Config, Store
 
 pytestmark = pytest.mark.slow
 

@@ -7,17 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold.kernel.config import Config
-from ctxfold.kernel.contracts import Summarizer
+from ctxfold import Config, Message, Registry, Summarizer, SummaryRequest, ToolCall, ToolSchema
 from ctxfold.kernel.kinds import SUMMARIZER
-from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.summary import (
     SUMMARY_HEADINGS,
     build_summary_request,
     validate_summary_result,
     wrap_summary,
 )
-from ctxfold.kernel.types import Message, SummaryRequest, ToolCall, ToolSchema
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
 
 
@@ -185,7 +182,7 @@ def _transcripts_dir() -> Path:
 def _load(path: Path) -> list[Message]:
     """OpenAI-shaped records of a SWE-agent ``.traj`` file (``history``) or a mini-swe-agent 2.x
     file (``messages``)."""
-    from ctxfold.interop.chat import message_from_openai
+    from ctxfold import message_from_openai
 
     data = json.loads(path.read_text(encoding="utf-8"))
     records = data.get("history") or data.get("messages") or []

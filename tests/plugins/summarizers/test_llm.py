@@ -6,14 +6,21 @@ from typing import Any
 
 import pytest
 
+from ctxfold import (
+    ChatRequest,
+    ChatResponse,
+    ContextLimitError,
+    Message,
+    PluginError,
+    Registry,
+    Summarizer,
+    ToolSchema,
+    Usage,
+    hookimpl,
+)
 from ctxfold.kernel.config import Config, ProviderConfig, SummarizerConfig
-from ctxfold.kernel.contracts import Summarizer
-from ctxfold.kernel.errors import ContextLimitError, PluginError
-from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import SUMMARIZER, StrategySpec, SummarizerOptions
-from ctxfold.kernel.registry import Registry
 from ctxfold.kernel.summary import build_summary_request
-from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, ToolSchema, Usage
 
 
 class FakeProvider:
