@@ -12,11 +12,10 @@ from typing import Any
 import attrs
 import pytest
 
-from ctxfold import ContextManager, SummaryRequest, SummaryResult
+from ctxfold import Config, ContextManager
 from ctxfold import open_session as open_ctxfold_session
 from ctxfold.kernel.config import (
     AgentConfig,
-    Config,
     EstimatorConfig,
     ProviderConfig,
     StoreConfig,
@@ -32,26 +31,6 @@ os.environ["CTXFOLD_CONFIG_HOME"] = tempfile.mkdtemp(prefix="ctxfold-test-home-"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = REPO_ROOT.parent / "shared" / "data" / "transcripts"
-
-
-class RecordingSummarizer:
-    """A summarizer that records each request and answers from a script or a default."""
-
-    def __init__(self, results: list[SummaryResult | Exception] | None = None) -> None:
-        self.requests: list[SummaryRequest] = []
-        self.results = list(results or [])
-        self.before: Callable[[SummaryRequest], None] | None = None
-
-    def summarize(self, request: SummaryRequest) -> SummaryResult:
-        self.requests.append(request)
-        if self.before is not None:
-            self.before(request)
-        if self.results:
-            result = self.results.pop(0)
-            if isinstance(result, Exception):
-                raise result
-            return result
-        return SummaryResult(text=f"## Goal\n- summary #{len(self.requests)}")
 
 
 def make_config(

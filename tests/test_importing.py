@@ -16,8 +16,9 @@ from ctxfold import (
     StrategySpec,
     ToolCall,
     hookimpl,
+    import_session,
 )
-from ctxfold.importing import detect_format, import_session, known_formats
+from ctxfold.importing import detect_format, known_formats
 from ctxfold.kernel.plugin_manager import builtin_plugin_modules
 
 BUILTIN = [

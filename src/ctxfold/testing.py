@@ -16,6 +16,13 @@ Fixtures:
 * ``ctxfold_provider_config`` — a factory: ``ctxfold_provider_config(emulator, name=None)``
   returns a Config whose ``[provider]`` points a real provider plugin at the emulator.
 
+Shared fakes, so tests of a host or a plugin do not each write their own:
+
+* :class:`RecordingSummarizer` — a summarizer that records each request and answers from a
+  script (results, or exceptions to raise) or with a default briefing.
+* :class:`CharEstimator` — an estimator that counts one token per character of content, so
+  every figure of a test can be worked out by hand.
+
 And :class:`StoreContract`, the store contract suite (``ctxfold.Store``, ``docs/stores.md``)
 the built-in ``fs`` and ``postgres`` stores run: subclass it in a test module named
 ``Test…`` and give it an ``open_store`` fixture.
@@ -50,7 +57,55 @@ from ctxfold.kernel.config import (
 from ctxfold.kernel.errors import SessionError, StoreError
 from ctxfold.kernel.plugin_manager import make_plugin_manager
 from ctxfold.kernel.registry import Registry
-from ctxfold.kernel.types import Message, ToolCall
+from ctxfold.kernel.types import (
+    Message,
+    RequestShape,
+    SummaryRequest,
+    SummaryResult,
+    ToolCall,
+    Usage,
+)
+
+__all__ = ["CharEstimator", "RecordingSummarizer", "StoreContract"]
+
+
+class RecordingSummarizer:
+    """A summarizer that records each request and answers from ``results`` (a result to
+    return, or an exception to raise, in order) or, when they run out, with a default
+    briefing naming the request's number. ``before``, when set, sees each request first."""
+
+    def __init__(self, results: Sequence[SummaryResult | Exception] | None = None) -> None:
+        self.requests: list[SummaryRequest] = []
+        self.results = list(results or [])
+        self.before: Callable[[SummaryRequest], None] | None = None
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.requests.append(request)
+        if self.before is not None:
+            self.before(request)
+        if self.results:
+            result = self.results.pop(0)
+            if isinstance(result, Exception):
+                raise result
+            return result
+        return SummaryResult(text=f"## Goal\n- summary #{len(self.requests)}")
+
+
+class CharEstimator:
+    """An estimator counting one token per character of message content (tools and roles
+    count nothing; it never calibrates)."""
+
+    name = "chars"
+
+    def estimate(self, shape: RequestShape) -> int:
+        return sum(len(m.content) for m in shape.messages)
+
+    def calibrate(self, shape: RequestShape, usage: Usage) -> bool:
+        return False
+
+    def reset_calibration(self) -> None:
+        pass
+
 
 #: The environment variable the emulator-backed provider configs read their key from.
 EMULATOR_KEY_ENV = "CTXFOLD_EMULATOR_KEY"

@@ -9,12 +9,13 @@ import json
 from typing import Any
 
 import pytest
-from tests.conftest import AsyncFace, RecordingSummarizer
+from tests.conftest import AsyncFace
 
 from ctxfold import Message, SummarizerError, ToolCall
 from ctxfold.capabilities import session_budget
 from ctxfold.capabilities.tool import handle_use_capability
 from ctxfold.kernel.summary import is_summary_message
+from ctxfold.testing import RecordingSummarizer
 
 WINDOW = 20_000
 

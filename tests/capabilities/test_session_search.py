@@ -11,13 +11,13 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.conftest import RecordingSummarizer
 
 import ctxfold
-from ctxfold import Message, ToolCall
+from ctxfold import USE_CAPABILITY_TOOL, Message, ToolCall
 from ctxfold.capabilities import session_search
-from ctxfold.capabilities.tool import USE_CAPABILITY_TOOL, handle_use_capability
+from ctxfold.capabilities.tool import handle_use_capability
 from ctxfold.kernel.summary import LOOKUP_MARKER, is_summary_message, unwrap_summary
+from ctxfold.testing import RecordingSummarizer
 
 NEEDLE = "NEEDLE-7f3a"
 

@@ -11,14 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxfold import Message, ToolResultError
+from ctxfold import USE_CAPABILITY_TOOL, Message, ToolResultError
 from ctxfold.capabilities.bounding import make_tool_result, result_ref
-from ctxfold.capabilities.tool import (
-    PAGE_DEFAULT,
-    PAGE_MAX,
-    USE_CAPABILITY_TOOL,
-    handle_use_capability,
-)
+from ctxfold.capabilities.tool import PAGE_DEFAULT, PAGE_MAX, handle_use_capability
 from ctxfold.capabilities.tool_result import read_tool_result
 from ctxfold.interop.chat import tool_schema_to_openai
 from ctxfold.kernel.codec import converter

@@ -53,8 +53,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = 0) -> s
 
 
 def heuristic_total(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> int:
-    from ctxfold import RequestShape
-    from ctxfold.interop.chat import message_from_openai, tool_schema_from_openai
+    from ctxfold import RequestShape, message_from_openai
+    from ctxfold.interop.chat import tool_schema_from_openai
     from ctxfold.plugins.estimators.heuristic import HeuristicEstimator
 
     shape = RequestShape(messages=[message_from_openai(m) for m in messages],

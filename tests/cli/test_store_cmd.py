@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.conftest import TRANSCRIPTS, RecordingSummarizer, make_config
+from tests.conftest import TRANSCRIPTS, make_config
 from tests.postgres import StoreSpec
 
 import ctxfold
 from ctxfold import Registry
 from ctxfold.cli.main import main
 from ctxfold.plugins.stores.fs import FsStore
+from ctxfold.testing import RecordingSummarizer
 
 
 @pytest.fixture

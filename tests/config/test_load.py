@@ -8,9 +8,9 @@ from typing import Any
 import attrs
 import pytest
 
-from ctxfold import ConfigError, Registry, StrategySpec, hookimpl
-from ctxfold.config.load import LoadedConfig, load_config, validate_strategy_names
-from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
+from ctxfold import Config, ConfigError, LoadedConfig, Registry, StrategySpec, hookimpl, load_config
+from ctxfold.config.load import validate_strategy_names
+from ctxfold.kernel.config import LEGACY_AGENT_KEYS
 from ctxfold.kernel.plugin_manager import make_plugin_manager
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

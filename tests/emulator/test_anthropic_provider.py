@@ -10,8 +10,8 @@ import attrs
 import pytest
 from tests.conftest import make_config
 
-from ctxfold import Message, Registry, open_session
-from ctxfold.kernel.config import Config, ProviderConfig
+from ctxfold import Config, Message, Registry, open_session
+from ctxfold.kernel.config import ProviderConfig
 from ctxfold.kernel.kinds import PROVIDER
 
 pytest.importorskip("ctxfold.plugins.providers.anthropic")

@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from ctxfold import ConfigError
-from ctxfold.emulator import Emulator, load_script
+from ctxfold import ConfigError, Emulator
+from ctxfold.emulator import load_script
 from ctxfold.emulator.rules import RuleScript, rules_from_dict, tool_names
 
 RULES = {"rules": [

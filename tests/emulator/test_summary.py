@@ -47,8 +47,8 @@ def test_summary_request_gets_extractive_summary_over_http(chars) -> None:
 def test_llm_summarizer_through_deepseek_provider(chars) -> None:
     deepseek = pytest.importorskip("ctxfold.plugins.providers.deepseek")
     llm = pytest.importorskip("ctxfold.plugins.summarizers.llm")
-    from ctxfold import ProviderOptions, Registry, StrategyContext
-    from ctxfold.kernel.config import Config, ProviderConfig
+    from ctxfold import Config, ProviderOptions, Registry, StrategyContext
+    from ctxfold.kernel.config import ProviderConfig
 
     request = summary_mod.build_summary_request(
         Message(role="system", content="You are a coding agent."), fold_region(), (),

@@ -8,7 +8,7 @@ import json
 
 import attrs
 import pytest
-from tests.conftest import RecordingSummarizer, make_config
+from tests.conftest import make_config
 
 import ctxfold
 from ctxfold import Message, SummaryResult, ToolCall
@@ -21,6 +21,7 @@ from ctxfold.kernel.summary import (
     unwrap_summary,
     wrap_summary,
 )
+from ctxfold.testing import RecordingSummarizer
 
 CONSTRAINT = "Do not change the public signature of parse_config."
 ERROR = "ValueError: limit 4096 exceeds maximum 1024"

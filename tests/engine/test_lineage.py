@@ -7,13 +7,14 @@ import warnings
 from pathlib import Path
 
 import pytest
-from tests.conftest import RecordingSummarizer, make_config
+from tests.conftest import make_config
 from tests.engine.test_manager import rounds, seed
 
 import ctxfold
 from ctxfold import SessionError
 from ctxfold.engine import lineage
 from ctxfold.plugins.stores.fs import FsStore
+from ctxfold.testing import RecordingSummarizer
 
 
 def folded(open_session, session_id: str = "s"):

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.conftest import RecordingSummarizer
 
 from ctxfold import (
+    CacheState,
     CompactionRequiredError,
     ContextManager,
     Message,
@@ -21,7 +21,8 @@ from ctxfold import (
     ToolCall,
     message_to_openai,
 )
-from ctxfold.kernel.state import Action, CacheState
+from ctxfold.kernel.state import Action
+from ctxfold.testing import RecordingSummarizer
 
 MARKER = "[... tool result middle pruned ...]"
 

@@ -8,10 +8,10 @@ import json
 
 import attrs
 import pytest
-from tests.conftest import RecordingSummarizer, make_config
+from tests.conftest import make_config
 
 import ctxfold
-from ctxfold import MessageError
+from ctxfold import Message, MessageError, ToolCall
 from ctxfold.engine import check as check_module
 from ctxfold.engine.pins import (
     LEFT_TO_SUMMARY,
@@ -24,7 +24,8 @@ from ctxfold.engine.pins import (
 from ctxfold.kernel.config import CheckpointConfig
 from ctxfold.kernel.state import Action
 from ctxfold.kernel.summary import is_summary_message
-from ctxfold.kernel.types import Message, PinBlock, ToolCall
+from ctxfold.kernel.types import PinBlock
+from ctxfold.testing import RecordingSummarizer
 
 RULE = "Never push directly to the main branch."
 

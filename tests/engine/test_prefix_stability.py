@@ -11,9 +11,10 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from tests.conftest import RecordingSummarizer, make_config
+from tests.conftest import make_config
 
 from ctxfold import Message, ToolCall, message_to_openai, open_session
+from ctxfold.testing import RecordingSummarizer
 
 step = st.one_of(
     st.tuples(st.just("user"), st.text(min_size=1, max_size=200)),

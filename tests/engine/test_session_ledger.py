@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import RecordingSummarizer
 from tests.engine.test_manager import rounds, seed
 
 from ctxfold import ChatRequest, ChatResponse, Message, SummaryResult, Usage
 from ctxfold import open_session as reopen
 from ctxfold.kernel.ledger import LedgerTotal
+from ctxfold.testing import RecordingSummarizer
 
 
 class UsageProvider:

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import RecordingSummarizer, make_config
+from tests.conftest import make_config
 
 import ctxfold
 from ctxfold import Message
 from ctxfold.kernel.state import Action
 from ctxfold.plugins.stores.fs import FsStore
+from ctxfold.testing import RecordingSummarizer
 
 
 def user(text: str) -> Message:

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conftest import RecordingSummarizer, make_config
+from tests.conftest import make_config
 
 import ctxfold
 from ctxfold import SummaryResult
 from ctxfold.cli.main import main
 from ctxfold.plugins.stores.fs_sidecar import StoreWarning
+from ctxfold.testing import RecordingSummarizer
 
 
 def session(tmp_path: Path, summarizer: Any = None) -> ctxfold.ContextManager:

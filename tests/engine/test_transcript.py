@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold import Message, StoreError, ToolCall
+from ctxfold import Message, StoreError, ToolCall, Transcript
 from ctxfold import open_session as open_real
-from ctxfold.engine.transcript import CallIds, Transcript, count_role, with_role
+from ctxfold.engine.transcript import CallIds, count_role, with_role
 from ctxfold.kernel import fingerprint as fp
 from ctxfold.kernel.fingerprint import chain_hash
 from ctxfold.kernel.summary import LOOKUP_TOOL_OUTPUTS

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from tests.conftest import RecordingSummarizer
 from tests.engine.test_manager import rounds, seed
 
 from ctxfold import (
@@ -14,6 +13,7 @@ from ctxfold import (
     Message,
     Usage,
 )
+from ctxfold.testing import RecordingSummarizer
 
 
 class ScriptedProvider:

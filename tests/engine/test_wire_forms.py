@@ -11,12 +11,13 @@ from pathlib import Path
 
 import attrs
 import pytest
-from tests.conftest import RecordingSummarizer, make_config
+from tests.conftest import make_config
 from tests.engine.test_manager import call, rounds, seed
 
 import ctxfold
 from ctxfold import Message, RequestShape, ToolCall
 from ctxfold.kernel.config import AgentConfig, ProviderConfig
+from ctxfold.testing import RecordingSummarizer
 
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run a command.",
                                          "parameters": {"type": "object", "properties": {}}}}

@@ -8,13 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxfold import Message, MessageError, ToolCall, ToolSchema
-from ctxfold.interop.chat import (
+from ctxfold import (
+    Message,
+    MessageError,
+    ToolCall,
+    ToolSchema,
     message_from_openai,
     message_to_openai,
-    tool_schema_from_openai,
-    tool_schema_to_openai,
 )
+from ctxfold.interop.chat import tool_schema_from_openai, tool_schema_to_openai
 from ctxfold.kernel.codec import dumps_message, message_from_dict, message_to_dict
 
 text = st.text(max_size=50)

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from ctxfold import Message, RequestShape, ToolCall, Usage
+from ctxfold import Message, RequestShape, ToolCall
 from ctxfold.kernel import maintenance
 from ctxfold.kernel.summary import SUMMARY_INSTRUCTION_MARKER, is_summary_message
-
-
-class Chars:
-    name = "chars"
-
-    def estimate(self, shape: RequestShape) -> int:
-        return sum(len(m.content) for m in shape.messages)
-
-    def calibrate(self, shape: RequestShape, usage: Usage) -> bool:
-        return False
-
-    def reset_calibration(self) -> None:
-        pass
+from ctxfold.testing import CharEstimator
 
 
 def session(sizes: list[int]) -> list[Message]:
@@ -31,7 +19,7 @@ def session(sizes: list[int]) -> list[Message]:
 
 def request(view: list[Message], plan: maintenance.FoldPlan, window: int):
     return maintenance.summary_request(view, plan, tools=(), window=window, focus=None,
-                                      cache_key="k", estimator=Chars(),
+                                      cache_key="k", estimator=CharEstimator(),
                                       count=lambda m: len(m.content))
 
 
@@ -53,7 +41,7 @@ def test_a_region_too_large_folds_up_to_the_largest_safe_end() -> None:
     planned = request(view, plan, window=6000)
     assert planned is not None and planned.plan.end < 16
     assert view[planned.plan.end].role != "tool"
-    assert Chars().estimate(RequestShape(list(planned.request.messages))) <= limit
+    assert CharEstimator().estimate(RequestShape(list(planned.request.messages))) <= limit
     longer = request(view, maintenance.FoldPlan(head=2, end=planned.plan.end + 2, tail_start=16),
                      window=6000)
     assert longer is not None and longer.plan.end == planned.plan.end  # it is the largest

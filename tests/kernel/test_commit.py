@@ -7,20 +7,13 @@ import attrs
 import pytest
 from tests.kernel.test_maintenance import context, performer, session
 
-from ctxfold import Message, StaleContextError
+from ctxfold import CacheState, Message, Projection, Receipt, SidecarState, StaleContextError
 from ctxfold.engine import driving
 from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance
 from ctxfold.kernel.fingerprint import covered_prefix_hash
 from ctxfold.kernel.maintenance import Capture, Commit, installed, recorded
-from ctxfold.kernel.state import (
-    Action,
-    CacheState,
-    Projection,
-    Receipt,
-    SidecarState,
-    TelemetryRecord,
-)
+from ctxfold.kernel.state import Action, TelemetryRecord
 
 CANONICAL = [Message(role="system", content="s"), Message(role="user", content="task"),
              Message(role="assistant", content="a")]

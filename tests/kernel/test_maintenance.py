@@ -13,7 +13,18 @@ from collections.abc import Sequence
 import attrs
 import pytest
 
-from ctxfold import CompactionRequiredError, ProviderError, StaleContextError, SummaryFailedError
+from ctxfold import (
+    CompactionRequiredError,
+    Message,
+    ProviderError,
+    RequestShape,
+    SidecarState,
+    StaleContextError,
+    SummaryFailedError,
+    SummaryRequest,
+    SummaryResult,
+    ToolCall,
+)
 from ctxfold.engine import driving
 from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance
@@ -26,30 +37,10 @@ from ctxfold.kernel.maintenance import (
     Stored,
     Summarize,
 )
-from ctxfold.kernel.state import Action, SidecarState
-from ctxfold.kernel.types import (
-    Message,
-    RequestShape,
-    SummaryRequest,
-    SummaryResult,
-    ToolCall,
-    Trigger,
-    Usage,
-)
+from ctxfold.kernel.state import Action
+from ctxfold.kernel.types import Trigger
 from ctxfold.kernel.view import visible_view
-
-
-class Chars:
-    name = "chars"
-
-    def estimate(self, shape: RequestShape) -> int:
-        return sum(len(m.content) for m in shape.messages)
-
-    def calibrate(self, shape: RequestShape, usage: Usage) -> bool:
-        return False
-
-    def reset_calibration(self) -> None:
-        pass
+from ctxfold.testing import CharEstimator
 
 
 class NoPrune:
@@ -87,7 +78,7 @@ def context(canonical: list[Message], committer: Committer, *, trigger: Trigger 
     return Case(MaintenanceContext(
         session_id="s", trigger=trigger, focus=None, window=window,
         trigger_tokens=int(window * ratio), turn=turn, latches=latches or Latches(), tools=(),
-        canonical=canonical, estimator=Chars(), pruner=pruner or NoPrune(),
+        canonical=canonical, estimator=CharEstimator(), pruner=pruner or NoPrune(),
         count=lambda m: len(m.content), state=committer.state,
         transcript_version=committer.transcript_version, clock=committer.clock,
     ), committer)

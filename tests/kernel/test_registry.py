@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxfold import Config, PluginError, Registry, hookimpl
-from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions, StrategySpec
+from ctxfold import Config, EstimatorOptions, PluginError, Registry, StrategySpec, hookimpl
+from ctxfold.kernel.kinds import ESTIMATOR
 from ctxfold.kernel.plugin_manager import make_plugin_manager
 from ctxfold.plugins import DEFAULT_PLUGINS
 

@@ -10,16 +10,18 @@ from typing import Any
 
 import attrs
 import pytest
-from tests.conftest import RecordingSummarizer, make_config
+from tests.conftest import make_config
 from tests.kernel.test_maintenance import Case, context, run, session
 
 import ctxfold
+from ctxfold import Config, Message, SidecarState, ToolCall
 from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance, thrash
-from ctxfold.kernel.config import CheckpointConfig, Config
-from ctxfold.kernel.state import Action, SidecarState, TelemetryRecord
+from ctxfold.kernel.config import CheckpointConfig
+from ctxfold.kernel.state import Action, TelemetryRecord
 from ctxfold.kernel.summary import wrap_summary
-from ctxfold.kernel.types import Message, ToolCall, utc_time
+from ctxfold.kernel.types import utc_time
+from ctxfold.testing import RecordingSummarizer
 
 T0 = 1_800_000_000.0  # the sessions' clock starts here (2027-01-15)
 

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from ctxfold import ChatRequest, Message, Registry
-from ctxfold.kernel.config import Config, ProviderConfig
+from ctxfold import ChatRequest, Config, Message, Registry
+from ctxfold.kernel.config import ProviderConfig
 from ctxfold.kernel.kinds import PROVIDER
 
 pytestmark = pytest.mark.live

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from ctxfold import Config, Registry
+from ctxfold import Config, Registry, ReplaySettings, replay_paths
 from ctxfold.plugins.policies.peers import PEERS
-from ctxfold.replay import DEFAULT_RESERVE_OUTPUT, ReplaySettings, replay_paths, replay_sessions
+from ctxfold.replay import DEFAULT_RESERVE_OUTPUT, replay_sessions
 from ctxfold.replay.demo import DEMO_WINDOW, demo_session
 
 pytestmark = pytest.mark.peers

@@ -11,20 +11,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxfold import Config, Message, Registry, SidecarError, SidecarVersionError, ToolCall
+from ctxfold import (
+    CacheState,
+    Config,
+    Message,
+    Projection,
+    Receipt,
+    Registry,
+    SidecarError,
+    SidecarState,
+    SidecarVersionError,
+    ToolCall,
+)
 from ctxfold.engine.sidecar import dumps_state
 from ctxfold.kernel.codec import message_from_dict
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
-from ctxfold.kernel.state import (
-    RECEIPT_ACTIONS,
-    RECEIPT_STATUSES,
-    Action,
-    CacheState,
-    Projection,
-    Receipt,
-    SidecarState,
-    TelemetryRecord,
-)
+from ctxfold.kernel.state import RECEIPT_ACTIONS, RECEIPT_STATUSES, Action, TelemetryRecord
 from ctxfold.plugins.sidecar_v3 import LEGACY_FIELDS, SidecarV3Codec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"

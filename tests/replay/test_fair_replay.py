@@ -19,6 +19,7 @@ from ctxfold import (
     Message,
     PolicyOptions,
     Registry,
+    ReplaySettings,
     RequestShape,
     ToolCall,
 )
@@ -26,7 +27,7 @@ from ctxfold.kernel.summary import is_summary_message, unwrap_summary
 from ctxfold.plugins.policies.codex_like import codex_truncate
 from ctxfold.plugins.policies.opencode_like import opencode_truncate
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
-from ctxfold.replay import ReplaySettings, replay_sessions
+from ctxfold.replay import replay_sessions
 from ctxfold.replay.demo import demo_session
 from ctxfold.replay.live import SpendCapError
 from ctxfold.replay.runner import build_policies

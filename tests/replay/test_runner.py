@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from ctxfold import Config, ImportedSession, Message, Registry, RequestShape, Usage
+from ctxfold import Config, ImportedSession, Message, Registry, ReplaySettings, RequestShape, Usage
 from ctxfold.emulator.cache import PrefixCache
 from ctxfold.emulator.tokens import ASSISTANT, BOS, EOS, USER, encode_segments, request_segments
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
-from ctxfold.replay import DEFAULT_RESERVE_OUTPUT, ReplaySettings, replay_sessions
+from ctxfold.replay import DEFAULT_RESERVE_OUTPUT, replay_sessions
 from ctxfold.replay.demo import DEMO_WINDOW, demo_session
 from ctxfold.replay.pricing import Price
 from ctxfold.replay.report_html import report_html

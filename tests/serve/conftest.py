@@ -17,15 +17,9 @@ import httpx
 import pytest
 
 import ctxfold
-from ctxfold import Emulator, Fault, ProviderOptions, ReplySpec
+from ctxfold import Config, Emulator, Fault, ProviderOptions, ReplySpec
 from ctxfold.emulator.records import Outcome
-from ctxfold.kernel.config import (
-    Config,
-    EstimatorConfig,
-    ProviderConfig,
-    StoreConfig,
-    SummarizerConfig,
-)
+from ctxfold.kernel.config import EstimatorConfig, ProviderConfig, StoreConfig, SummarizerConfig
 from ctxfold.serve import ProxyServer, ServeSettings, build_proxy
 from ctxfold.serve.guard import GuardSettings
 from ctxfold.serve.proxy import Proxy

@@ -12,15 +12,9 @@ from tests.postgres import StoreSpec, postgres_spec  # noqa: F401  (the fixture)
 from tests.serve.conftest import BASH, call, log_text, quarter
 
 import ctxfold
-from ctxfold import Emulator, ProviderOptions
+from ctxfold import Config, Emulator, ProviderOptions
 from ctxfold.interop.coerce import to_messages
-from ctxfold.kernel.config import (
-    Config,
-    EstimatorConfig,
-    ProviderConfig,
-    StoreConfig,
-    SummarizerConfig,
-)
+from ctxfold.kernel.config import EstimatorConfig, ProviderConfig, StoreConfig, SummarizerConfig
 from ctxfold.serve import ProxyServer, ServeSettings, build_proxy
 from ctxfold.serve.sessions import reconcile
 

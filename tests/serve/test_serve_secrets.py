@@ -13,8 +13,17 @@ import pytest
 from tests.emulator.conftest import CharTokens
 
 import ctxfold
-from ctxfold import ChatRequest, Emulator, Fault, Message, ProviderError, ProviderOptions, ReplySpec
-from ctxfold.kernel.config import Config, EstimatorConfig, ProviderConfig, StoreConfig
+from ctxfold import (
+    ChatRequest,
+    Config,
+    Emulator,
+    Fault,
+    Message,
+    ProviderError,
+    ProviderOptions,
+    ReplySpec,
+)
+from ctxfold.kernel.config import EstimatorConfig, ProviderConfig, StoreConfig
 
 #: Keys of several formats: none needs a known prefix to be masked.
 KEYS = [

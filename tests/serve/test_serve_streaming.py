@@ -15,8 +15,8 @@ import pytest
 from openai import APIError, OpenAI
 
 import ctxfold
-from ctxfold import ProviderOptions
-from ctxfold.kernel.config import Config, EstimatorConfig, ProviderConfig, StoreConfig
+from ctxfold import Config, ProviderOptions
+from ctxfold.kernel.config import EstimatorConfig, ProviderConfig, StoreConfig
 from ctxfold.serve import ProxyServer, ServeSettings, build_proxy
 
 PAUSE = 0.6

@@ -15,6 +15,7 @@ from ctxfold import (
     ChatRequest,
     ChatResponse,
     ContextLimitError,
+    HttpProvider,
     Message,
     ProviderConnectionError,
     ProviderRequestError,
@@ -26,7 +27,7 @@ from ctxfold import (
 from ctxfold.secrets import redact_text as redact
 from ctxfold.transport.client import HttpClient, HttpSettings
 from ctxfold.transport.errors import stream_cut
-from ctxfold.transport.provider import HttpProvider, partial_message_of
+from ctxfold.transport.provider import partial_message_of
 from ctxfold.transport.retry import calculate_retry_timeout
 
 KEY = "sk-kernel-secret-9f8e7d6c5b4a"

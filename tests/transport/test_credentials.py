@@ -9,9 +9,9 @@ import logging
 import pytest
 
 import ctxfold
-from ctxfold import ChatRequest, Emulator, Message
+from ctxfold import ChatRequest, Config, Emulator, Message
 from ctxfold.cli.main import main
-from ctxfold.kernel.config import Config, ProviderConfig
+from ctxfold.kernel.config import ProviderConfig
 
 PASSWORD = "hunter2-Pa55word"
 KEY = "sk-live-abcdefghijklmnop1234"

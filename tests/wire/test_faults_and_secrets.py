@@ -12,6 +12,7 @@ from ctxfold import (
     Message,
     ProviderConnectionError,
     ProviderError,
+    ProviderOptions,
     ProviderResponseError,
     ProviderTimeoutError,
     Registry,
@@ -19,7 +20,7 @@ from ctxfold import (
     ServerError,
     open_session,
 )
-from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
+from ctxfold.kernel.kinds import PROVIDER
 from ctxfold.testing import EMULATOR_KEY_ENV
 
 SECRET = "sk-ctxfold-test-SECRET-7f3a9c"

@@ -14,6 +14,7 @@ from ctxfold import (
     CompactionRequiredError,
     Fault,
     Message,
+    ProviderOptions,
     RateLimitError,
     Registry,
     ReplySpec,
@@ -21,7 +22,7 @@ from ctxfold import (
     open_session,
 )
 from ctxfold.kernel.config import AgentConfig, SummarizerConfig
-from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
+from ctxfold.kernel.kinds import PROVIDER
 
 
 def session(config, *, summarize_with_provider: bool = False, **options):

@@ -6,8 +6,16 @@ import json
 
 import pytest
 
-from ctxfold import Estimator, Message, RequestShape, ToolCall, ToolSchema, Usage
-from ctxfold.plugins.estimators.base import LRUCache, TokenizerEstimator, cjk_count
+from ctxfold import (
+    Estimator,
+    Message,
+    RequestShape,
+    TokenizerEstimator,
+    ToolCall,
+    ToolSchema,
+    Usage,
+)
+from ctxfold.plugins.estimators.base import LRUCache, cjk_count
 
 
 class CharEstimator(TokenizerEstimator):

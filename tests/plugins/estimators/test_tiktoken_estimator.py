@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ctxfold import Config, Message, PluginError, Registry, RequestShape
-from ctxfold.kernel.kinds import ESTIMATOR, EstimatorOptions
+from ctxfold import Config, EstimatorOptions, Message, PluginError, Registry, RequestShape
+from ctxfold.kernel.kinds import ESTIMATOR
 from ctxfold.plugins.estimators import tiktoken as plugin
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold import ImportedSession, ImporterOptions, Registry
-from ctxfold.importing import detect_format, import_session
+from ctxfold import ImportedSession, ImporterOptions, Registry, import_session
+from ctxfold.importing import detect_format
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DATA = REPO_ROOT.parent / "shared" / "data" / "transcripts"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold import ImportedSession, ImporterOptions, Registry, Usage
-from ctxfold.importing import detect_format, import_session
+from ctxfold import ImportedSession, ImporterOptions, Registry, Usage, import_session
+from ctxfold.importing import detect_format
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "importers"
 CONV = FIXTURES / "openhands_v1" / "conv0001"

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from providers_support import SECRET
 
-from ctxfold import HttpProvider, Registry
-from ctxfold.kernel.config import Config, ProviderConfig
-from ctxfold.kernel.kinds import PROVIDER, ProviderOptions
+from ctxfold import Config, HttpProvider, ProviderOptions, Registry
+from ctxfold.kernel.config import ProviderConfig
+from ctxfold.kernel.kinds import PROVIDER
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from providers_support import SECRET, Recorder, sse_response
 from ctxfold import (
     ChatRequest,
     ContextLimitError,
+    HttpProvider,
     Message,
     Provider,
     ProviderConnectionError,
@@ -21,7 +22,7 @@ from ctxfold import (
     ToolSchema,
 )
 from ctxfold.kernel.config import ProviderConfig
-from ctxfold.transport.provider import HttpProvider, partial_message_of
+from ctxfold.transport.provider import partial_message_of
 
 USAGE = {
     "prompt_tokens": 1200, "completion_tokens": 40, "total_tokens": 1240,

@@ -28,9 +28,10 @@ class TestBuiltinStores(StoreContract):
 
 
 def _agent(spec: StoreSpec, root: str, name: str, turns: int, queue) -> None:
-    from tests.conftest import RecordingSummarizer, make_config
+    from tests.conftest import make_config
 
     import ctxfold
+    from ctxfold.testing import RecordingSummarizer
 
     store = spec.open()
     cm = ctxfold.open_session("agents", config=make_config(Path(root), window=12_000,

@@ -13,9 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from ctxfold import Message, Registry, SessionError, SidecarError, Store, StoreError, ToolCall
-from ctxfold.kernel.config import Config, StoreConfig
-from ctxfold.kernel.kinds import STORE, StoreOptions
+from ctxfold import (
+    Config,
+    Message,
+    Registry,
+    SessionError,
+    SidecarError,
+    Store,
+    StoreError,
+    StoreOptions,
+    ToolCall,
+)
+from ctxfold.kernel.config import StoreConfig
+from ctxfold.kernel.kinds import STORE
 from ctxfold.plugins.stores import fs as fs_module
 from ctxfold.plugins.stores.fs import FsStore, StoreWarning
 

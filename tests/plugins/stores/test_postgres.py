@@ -91,7 +91,9 @@ def test_a_commit_whose_answer_is_lost_is_resolved_and_a_retry_stores_the_batch_
 
 def test_an_engine_append_whose_commit_answer_is_lost_lands_once(
         postgres_spec: StoreSpec, proxy: PgProxy, tmp_path: Path) -> None:
-    from tests.conftest import RecordingSummarizer, make_config
+    from tests.conftest import make_config
+
+    from ctxfold.testing import RecordingSummarizer
 
     cm = ctxfold.open_session("s", config=make_config(tmp_path),
                               store=PostgresStore(proxy.dsn, **FAST),
@@ -175,7 +177,9 @@ def test_a_commit_made_just_before_the_server_stopped_is_uncertain_then_retried_
 @pytest.mark.slow
 def test_an_engine_retry_after_an_uncertain_append_keeps_one_copy(
         postgres_spec: StoreSpec, proxy: PgProxy, tmp_path: Path) -> None:
-    from tests.conftest import RecordingSummarizer, make_config
+    from tests.conftest import make_config
+
+    from ctxfold.testing import RecordingSummarizer
 
     cm = ctxfold.open_session("s", config=make_config(tmp_path),
                               store=PostgresStore(proxy.dsn, **FAST),

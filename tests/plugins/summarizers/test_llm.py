@@ -9,17 +9,20 @@ import pytest
 from ctxfold import (
     ChatRequest,
     ChatResponse,
+    Config,
     ContextLimitError,
     Message,
     PluginError,
     Registry,
+    StrategySpec,
     Summarizer,
+    SummarizerOptions,
     ToolSchema,
     Usage,
     hookimpl,
 )
-from ctxfold.kernel.config import Config, ProviderConfig, SummarizerConfig
-from ctxfold.kernel.kinds import SUMMARIZER, StrategySpec, SummarizerOptions
+from ctxfold.kernel.config import ProviderConfig, SummarizerConfig
+from ctxfold.kernel.kinds import SUMMARIZER
 from ctxfold.kernel.summary import build_summary_request
 
 
