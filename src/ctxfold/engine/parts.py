@@ -49,7 +49,7 @@ from ctxfold.session_id import validate_session_id
 
 
 def prompt_cache_key(config: Config, session_id: str, workspace: str | None = None) -> str:
-    """``workspace | branch | model`` — no counts, times or hashes (design §6.2)."""
+    """``workspace | session | model`` — no counts, times or hashes (design §6.2)."""
     workspace = workspace if workspace is not None else Path(os.getcwd()).name
     return f"{workspace}|{session_id}|{config.provider.model}"
 
@@ -118,9 +118,9 @@ def repeated_system(session_id: str, canonical: Transcript, batch: Sequence[Mess
 
 
 def with_model(key: str, model: str) -> str:
-    """``key`` with its model part replaced: ``workspace | branch | model``."""
-    workspace, branch, _old = ([*key.split("|"), "", "", ""])[:3]
-    return f"{workspace}|{branch}|{model}"
+    """``key`` with its model part replaced: ``workspace | session | model``."""
+    workspace, session, _old = ([*key.split("|"), "", "", ""])[:3]
+    return f"{workspace}|{session}|{model}"
 
 
 class LazySummarizer:
