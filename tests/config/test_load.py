@@ -10,7 +10,7 @@ import pytest
 
 from ctxfold import Config, ConfigError, LoadedConfig, Registry, StrategySpec, hookimpl, load_config
 from ctxfold.config.load import validate_strategy_names
-from ctxfold.kernel.config import LEGACY_AGENT_KEYS
+from ctxfold.kernel.compat import LEGACY_AGENT_KEYS
 from ctxfold.kernel.plugin_manager import make_plugin_manager
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

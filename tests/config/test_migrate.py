@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ctxfold import ConfigError
 from ctxfold.config.migrate import migrate_file
 from ctxfold.config.toml_lexer import scan_pairs
-from ctxfold.kernel.config import LEGACY_AGENT_KEYS
+from ctxfold.kernel.compat import LEGACY_AGENT_KEYS
 
 ML_BASIC = 'notes = """\nsoft_compact_ratio = 1\n[agent]\ncontext_editing = "x"\n"""\n'
 ML_LITERAL = "notes = '''\nsoft_compact_ratio = 1\n'''\n"

@@ -27,7 +27,8 @@ from ctxfold.engine.sidecar import dumps_state
 from ctxfold.kernel.codec import message_from_dict
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
 from ctxfold.kernel.state import RECEIPT_ACTIONS, RECEIPT_STATUSES, Action, TelemetryRecord
-from ctxfold.plugins.sidecar_v3 import LEGACY_FIELDS, SidecarV3Codec
+from ctxfold.kernel.compat import LEGACY_SIDECAR_FIELDS
+from ctxfold.plugins.sidecar_v3 import SidecarV3Codec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"
 BOUNDED_HASH = "cbf27bb5284b860074aa45bd88792d14"
@@ -202,7 +203,7 @@ def test_reencoding_writes_schema_3_without_legacy_fields(
 ) -> None:
     document = codec.encode(codec.decode(fixture(name)))
     assert document["schema_version"] == 3
-    assert not set(LEGACY_FIELDS) & set(document)
+    assert not set(LEGACY_SIDECAR_FIELDS) & set(document)
     assert list(document) == [
         "schema_version", "transcript_version", "projection", "prompt_cache_key",
         "last_cache_state", "generation", "last_receipt", "telemetry", "updated_at", "settings",

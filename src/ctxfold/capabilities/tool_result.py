@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -22,6 +21,7 @@ from typing import Any, NamedTuple
 
 from ctxfold.capabilities.arguments import int_arg
 from ctxfold.capabilities.bounding import result_ref as compute_result_ref
+from ctxfold.kernel.compat import LEGACY_TOOL_RESULT_MARKERS
 from ctxfold.kernel.errors import ToolResultError
 from ctxfold.kernel.types import Message
 
@@ -31,12 +31,6 @@ PAGE_MAX = 24576
 
 CAPABILITY_ID = "session:tool_result"
 TOOL_RESULT_CAPABILITY = CAPABILITY_ID
-
-#: Markers of truncation/pruning written by older code, which did not keep ``raw_content``.
-_LEGACY_MARKERS = re.compile(
-    r"\[truncated tool=|\[INCOMPLETE READ|\[\.\.\. tool result middle pruned \.\.\.\]"
-    r"|\[\.\.\. ?(?:truncated|snipped)|\[tool result (?:truncated|snipped|pruned)"
-)
 
 def describe() -> dict[str, Any]:
     """This capability's entry in ``action="list"``."""
@@ -101,7 +95,8 @@ def _paged(message: Message) -> _Body:
     body = _Body(
         text=text, data=data, total=len(whole), sha256=hashlib.sha256(whole).hexdigest(),
         ref=compute_result_ref(message.tool_call_id or "", whole),
-        legacy=(legacy := not bounded and _LEGACY_MARKERS.search(message.content) is not None),
+        legacy=(legacy := not bounded
+                and LEGACY_TOOL_RESULT_MARKERS.search(message.content) is not None),
         shortened=bounded or legacy,
     )
     del whole

@@ -40,7 +40,8 @@ from ctxfold.config.strict import (
     unknown_key,
 )
 from ctxfold.config.toml_lexer import scan_pairs
-from ctxfold.kernel.config import LEGACY_AGENT_KEYS, Config
+from ctxfold.kernel.compat import LEGACY_AGENT_KEYS
+from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import ConfigMigration
 from ctxfold.kernel.errors import ConfigError, ConfigSyntaxError, PluginError
 from ctxfold.kernel.kinds import KIND_BY_NAME

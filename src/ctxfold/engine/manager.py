@@ -56,7 +56,7 @@ from ctxfold.engine.summarizing import asummarize, text_repaired
 from ctxfold.engine.sync import Watch
 from ctxfold.engine.transcript import CallIds, Transcript, count_role, vouch
 from ctxfold.interop.usage import usage_from
-from ctxfold.kernel import maintenance
+from ctxfold.kernel import compat, maintenance
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import (
     AsyncProvider,
@@ -489,13 +489,8 @@ class ContextManager:
                 self._folded, "failed", f"the summary failed, nothing was folded: {exc}")
         return session_budget.fold_answer(before, folded)
 
-    def prune_stale_tool_results(self) -> int:
-        """A compatibility no-op that returns 0 (design §8.2): pruning happens only under
-        pressure, inside ``prepare()``. ``snip_stale_tool_results`` is the same no-op (the
-        snip it named is retired); both stay so that old callers keep working."""
-        return 0
-
-    snip_stale_tool_results = prune_stale_tool_results
+    prune_stale_tool_results = compat.prune_stale_tool_results
+    snip_stale_tool_results = compat.prune_stale_tool_results
 
     # -- one model turn ----------------------------------------------------------------------
 

@@ -19,10 +19,11 @@ from typing import Any
 
 import attrs
 
+from ctxfold.kernel.compat import is_0_1_flat_hash, promoted
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, SidecarCodec, Store
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
-from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash, fingerprint
+from ctxfold.kernel.fingerprint import chain_hash, covered_prefix_hash
 from ctxfold.kernel.state import SIDECAR_SCHEMA_VERSION, SessionSettings, SidecarState
 from ctxfold.kernel.types import Message, utc_now
 from ctxfold.message_checks import SURROGATE_ESCAPE, repair_surrogates
@@ -180,16 +181,6 @@ def _leading_system(messages: Sequence[Message]) -> int:
     return n
 
 
-def _promoted(messages: Sequence[Message]) -> list[Message]:
-    """The 'promoted' form (design §5.6): tool results carried their full raw text."""
-    return [
-        attrs.evolve(m, content=m.raw_content)
-        if m.role == "tool" and m.raw_content is not None
-        else m
-        for m in messages
-    ]
-
-
 def validate_projection(
     state: SidecarState, canonical: Sequence[Message], session_id: str = ""
 ) -> tuple[SidecarState, list[str]]:
@@ -197,7 +188,7 @@ def validate_projection(
 
     Valid when the body is non-empty, ``0 < covered_count <= len(canonical)`` and the stored
     ``covered_prefix_hash`` equals the hash of ``canonical[:covered_count]`` (the chain, or
-    ctxfold 0.1.0's flat hash, :func:`_is_0_1_flat_hash`, re-normalised to the chain) — also
+    ctxfold 0.1.0's flat hash, :func:`is_0_1_flat_hash`, re-normalised to the chain) — also
     after substituting the body's own leading system messages for canonical's (a refreshed
     system prompt: the body's system messages are then refreshed from canonical and the hash
     re-normalised). A hash that equals the *promoted* form (tool ``content`` replaced by
@@ -222,16 +213,16 @@ def validate_projection(
     if stored == current:
         return state, []
     covered = list(canonical[:count])
-    if _is_0_1_flat_hash(stored, covered):
+    if is_0_1_flat_hash(stored, covered):
         new = attrs.evolve(projection, covered_prefix_hash=current)
         return attrs.evolve(state, projection=new), []
     body_sys, canon_sys = _leading_system(body), _leading_system(covered)
-    candidates: list[tuple[str, Sequence[Message]]] = [("promoted", _promoted(covered))]
+    candidates: list[tuple[str, Sequence[Message]]] = [("promoted", promoted(covered))]
     if tuple(body[:body_sys]) != tuple(covered[:canon_sys]):
         refreshed = [*body[:body_sys], *covered[canon_sys:]]
-        candidates += [("system", refreshed), ("promoted+system", _promoted(refreshed))]
+        candidates += [("system", refreshed), ("promoted+system", promoted(refreshed))]
     for kind, form in candidates:
-        if stored == chain_hash(form) or _is_0_1_flat_hash(stored, form):
+        if stored == chain_hash(form) or is_0_1_flat_hash(stored, form):
             new_body = body
             if kind != "promoted":
                 new_body = (*covered[:canon_sys], *body[body_sys:])
@@ -249,16 +240,6 @@ def validate_projection(
         f"{where}saved projection dropped (it no longer matches the first {count} transcript "
         "messages); using the full transcript, receipts kept",
     )
-
-
-def _is_0_1_flat_hash(stored: str, prefix: Sequence[Message]) -> bool:
-    """Whether ``stored`` is the covered-prefix hash ctxfold 0.1.0 wrote for ``prefix``: the
-    flat fingerprint of the whole prefix, before the hash became a chain (design §5.3).
-
-    Those sidecars are released data, so they load as valid and are re-normalised to the
-    chain (the next save persists it); this is the one place that reads the flat form.
-    """
-    return fingerprint(prefix) == stored
 
 
 def _drop(state: SidecarState, notice: str) -> tuple[SidecarState, list[str]]:

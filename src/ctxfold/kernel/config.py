@@ -24,17 +24,6 @@ PINS_RATIO_MAX = 0.25
 #: runaway loop of folds trips it.
 DEFAULT_MAX_SUMMARIES_PER_HOUR = 60
 
-#: ``[agent]`` keys of the retired multi-threshold design (design §8.2). They load without
-#: error, are zeroed in memory, and ``ctxfold config migrate`` removes them from files.
-LEGACY_AGENT_KEYS = (
-    "soft_compact_ratio",
-    "tool_result_snip_ratio",
-    "compact_force_ratio",
-    "cold_resume_prune",
-    "context_editing",
-)
-
-
 def _ratio(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not COMPACT_RATIO_MIN <= value <= COMPACT_RATIO_MAX:
         raise ValueError(
@@ -100,7 +89,7 @@ class AgentConfig:
     effort: str = attrs.field(
         default="high", validator=_effort, metadata=_allowed("one of " + ", ".join(EFFORTS))
     )
-    # Legacy keys: accepted on load, always zero/empty in memory (see LEGACY_AGENT_KEYS).
+    # Legacy keys: accepted on load, always zero/empty in memory (ctxfold.kernel.compat).
     soft_compact_ratio: float = 0.0
     tool_result_snip_ratio: float = 0.0
     compact_force_ratio: float = 0.0

@@ -9,7 +9,7 @@ the local fields (origin, local_only, partial, created_at, id) never participate
 The covered-prefix hash of a projection is a chain over those fingerprints
 (:func:`chain_hash`), so it extends from the hash alone; sidecars of ctxfold 0.1.0 hold the
 flat :func:`fingerprint` of the prefix instead (read in one place,
-``engine.sidecar._is_0_1_flat_hash``).
+``kernel.compat.is_0_1_flat_hash``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from typing import Any
 
 import attrs
 
-from ctxfold.kernel.config import LEGACY_AGENT_KEYS, AgentConfig
+from ctxfold.kernel.compat import LEGACY_AGENT_KEYS
+from ctxfold.kernel.config import AgentConfig
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
 

@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from ctxfold.kernel.codec import converter, message_to_dict
+from ctxfold.kernel.compat import LEGACY_RECEIPT_ACTIONS
 from ctxfold.kernel.errors import SidecarError, SidecarVersionError
 from ctxfold.kernel.hookspecs import hookimpl
 from ctxfold.kernel.kinds import StrategyContext, StrategySpec
@@ -38,7 +39,6 @@ from ctxfold.kernel.state import (
     RECEIPT_ACTIONS,
     RECEIPT_STATUSES,
     SIDECAR_SCHEMA_VERSION,
-    Action,
     CacheState,
     Projection,
     Receipt,
@@ -47,21 +47,6 @@ from ctxfold.kernel.state import (
     TelemetryRecord,
 )
 
-#: Top-level fields of pre-v3 (and origin v3) sidecars: decoded, ignored, never written.
-LEGACY_FIELDS = (
-    "last_trigger",
-    "last_mode",
-    "last_source_tokens",
-    "last_result_tokens",
-    "last_compaction_cost",
-    "blocked_input_hash",
-    "blocked_reason",
-    "native_context_editing_accepted",
-    "context_editing_fallback_local",
-)
-#: Receipt actions of older writers, read as the action they are now: both cut tool results
-#: out of the view, which is what a prune does. Re-encoding writes the new label.
-LEGACY_RECEIPT_ACTIONS = {"snip": Action.PRUNE.value, "native_tool_clear": Action.PRUNE.value}
 _TELEMETRY_KINDS = frozenset(("prepare", "install", "resume", "thrash"))
 _SETTINGS = frozenset(f.name for f in attrs.fields(SessionSettings))
 
