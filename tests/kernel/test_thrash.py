@@ -1,6 +1,6 @@
-"""The thrash guard (``ctxfold.kernel.thrash``): what it detects from recorded telemetry, the
-smaller tail of the checkpoint it widens, and the cap on summaries an hour — on ``maintain``
-over a hand-built context, and on sessions built to thrash and not to."""
+"""The thrash guard (``ctxfold.kernel.maintenance``, section 7): what it detects from
+recorded telemetry, the smaller tail of the checkpoint it widens, and the cap on summaries an
+hour — on ``maintain`` over a hand-built context, and on sessions built to thrash and not to."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.kernel.test_maintenance import Case, context, run, session
 import ctxfold
 from ctxfold import Config, Message, SidecarState, ToolCall
 from ctxfold.engine.committer import Committer
-from ctxfold.kernel import maintenance, thrash
+from ctxfold.kernel import maintenance
 from ctxfold.kernel.config import CheckpointConfig
 from ctxfold.kernel.state import Action, TelemetryRecord
 from ctxfold.kernel.summary import wrap_summary
@@ -36,8 +36,8 @@ def install(turn: int | None, at: float = T0, *, version: int = 1) -> TelemetryR
 
 
 @pytest.mark.parametrize(("last", "now", "refill"), [
-    (5, 5, True), (5, 6, True), (5, 5 + thrash.REFILL_TURNS, True),
-    (5, 6 + thrash.REFILL_TURNS, False),  # the checkpoint lasted: no thrash
+    (5, 5, True), (5, 6, True), (5, 5 + maintenance.REFILL_TURNS, True),
+    (5, 6 + maintenance.REFILL_TURNS, False),  # the checkpoint lasted: no thrash
     (9, 5, False),  # a rewind went back past it
     (None, 5, False),  # an install recorded before records had a turn
 ])
@@ -45,7 +45,7 @@ def test_a_checkpoint_that_refills_within_a_few_turns_is_detected(
         last: int | None, now: int, refill: bool) -> None:
     records = (install(1), install(last, version=4),
                TelemetryRecord(kind="install", action="prune", turn=now))  # a prune is no fold
-    seen = thrash.refilled(records, now)
+    seen = maintenance.refilled(records, now)
     assert (seen is not None) is refill
     if seen is not None:
         assert seen.action == "refill"
@@ -54,13 +54,13 @@ def test_a_checkpoint_that_refills_within_a_few_turns_is_detected(
 
 def test_a_fold_after_a_manual_checkpoint_is_not_judged_a_refill() -> None:
     manual = attrs.evolve(install(5, version=2), trigger="manual")  # a task-boundary fold
-    assert thrash.refilled((install(1), manual), 6) is None
-    assert thrash.refilled((install(1), install(5, version=2)), 6) is not None
+    assert maintenance.refilled((install(1), manual), 6) is None
+    assert maintenance.refilled((install(1), install(5, version=2)), 6) is not None
 
 
 def test_no_recorded_checkpoint_is_no_refill() -> None:
-    assert thrash.refilled((), 3) is None
-    assert thrash.refilled((TelemetryRecord(kind="resume", turn=3),), 3) is None
+    assert maintenance.refilled((), 3) is None
+    assert maintenance.refilled((TelemetryRecord(kind="resume", turn=3),), 3) is None
 
 
 def test_a_region_that_is_mostly_the_previous_summary_folds_the_same_span() -> None:
@@ -69,11 +69,11 @@ def test_a_region_that_is_mostly_the_previous_summary_folds_the_same_span() -> N
 
     summary = wrap_summary("## Goal\n- " + "g" * 600)
     mostly = [summary, Message(role="user", content="u" * 200)]
-    assert (seen := thrash.same_span(mostly, count)) is not None
+    assert (seen := maintenance.same_span(mostly, count)) is not None
     assert seen.action == "same-span" and "of the fold region is the previous summary" in \
         seen.detail
-    assert thrash.same_span([summary, Message(role="user", content="u" * 2000)], count) is None
-    assert thrash.same_span([], count) is None
+    assert maintenance.same_span([summary, Message(role="user", content="u" * 2000)], count) is None
+    assert maintenance.same_span([], count) is None
 
 
 def test_the_cap_counts_the_summary_installs_of_the_last_hour_only() -> None:
@@ -82,10 +82,10 @@ def test_the_cap_counts_the_summary_installs_of_the_last_hour_only() -> None:
                TelemetryRecord(kind="install", action="prune", created_at=utc_time(T0 - 30)),
                TelemetryRecord(kind="thrash", action="refill", created_at=utc_time(T0 - 20)),
                attrs.evolve(install(4), created_at=""))  # no readable time: not counted
-    assert thrash.summary_times(records, T0 - thrash.CAP_SECONDS) == [T0 - 1800, T0 - 60]
-    assert thrash.over_cap(records, now=T0, limit=3, session_id="s") is None
-    assert thrash.over_cap(records, now=T0, limit=0, session_id="s") is None  # 0: no cap
-    error = thrash.over_cap(records, now=T0, limit=2, session_id="s-7")
+    assert maintenance.summary_times(records, T0 - maintenance.CAP_SECONDS) == [T0 - 1800, T0 - 60]
+    assert maintenance.over_cap(records, now=T0, limit=3, session_id="s") is None
+    assert maintenance.over_cap(records, now=T0, limit=0, session_id="s") is None  # 0: no cap
+    error = maintenance.over_cap(records, now=T0, limit=2, session_id="s-7")
     assert isinstance(error, ctxfold.SummaryCapError)
     assert isinstance(error, ctxfold.MaintenanceError)
     assert (error.session_id, error.count, error.limit) == ("s-7", 2, 2)
@@ -243,7 +243,7 @@ def test_the_cap_counts_recorded_installs_across_a_reopen(
         cm.prepare()
     thrashing_turn(cm, 3)
     assert len(summarizer.requests) == 2
-    stamps = [r.created_at for r in cm.state.telemetry if thrash.is_summary_install(r)]
+    stamps = [r.created_at for r in cm.state.telemetry if maintenance.is_summary_install(r)]
     assert stamps == [utc_time(T0)] * 2  # stamped by the session's clock
     del cm
     clock.now += 3_500  # a restart within the hour: the sidecar remembers
@@ -290,7 +290,7 @@ def test_a_thrash_note_that_loses_to_another_process_leaves_its_checkpoint_alone
         a.append(Message(role="user", content=" ".join(f"w{i}x{j}" for j in range(3000))),
                  Message(role="assistant", content="ok"))
     b = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
-    refilled = thrash.refilled
+    refilled = maintenance.refilled
     raced: list[int] = []
 
     def racing(telemetry: Any, turn: int) -> Any:
@@ -300,7 +300,7 @@ def test_a_thrash_note_that_loses_to_another_process_leaves_its_checkpoint_alone
             raced.append(b.state.projection.projection_version)
         return seen
 
-    monkeypatch.setattr(thrash, "refilled", racing)
+    monkeypatch.setattr(maintenance, "refilled", racing)
     assert a.prepare().action is not Action.SUMMARY
     stored = ctxfold.open_session("s", config=config, summarizer=RecordingSummarizer())
     assert raced and stored.state.projection.projection_version == raced[0]  # B's stands

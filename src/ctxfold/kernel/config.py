@@ -161,7 +161,7 @@ class CheckpointConfig:
     check: str = attrs.field(
         default="repair", validator=_check, metadata=_allowed("one of " + ", ".join(CHECKS))
     )
-    #: The thrash guard's cap (ctxfold.kernel.thrash): no summary is asked for that would make
+    #: The thrash guard's cap (ctxfold.kernel.maintenance): no summary is asked for that would make
     #: more than this many summary installs in the last hour; 0 turns the cap off.
     max_summaries_per_hour: int = attrs.field(
         default=DEFAULT_MAX_SUMMARIES_PER_HOUR, validator=_non_negative,

@@ -8,7 +8,8 @@ event. Above it, this module reads top to bottom as the path runs:
 2. **decide** — :func:`maintain`: prune first, alone only when that buys a stretch of turns,
    then at most N folds, each checked and installed by compare-and-swap;
 3. **prune** — :meth:`Run.prune_candidate`, :meth:`Run.prune`;
-4. **fold** — :meth:`Run.fold`: plan the region (:func:`plan_fold`), guard against thrash,
+4. **fold** — :meth:`Run.fold`: plan the region (:func:`plan_fold`), guard against thrash
+   (:func:`refilled`, :func:`same_span`, :func:`over_cap`),
    request the summary (:func:`summary_request`: the largest safe prefix, or the region
    clipped), build the candidate (:func:`candidate`), check it (:func:`check`), reject it or
    install it;
@@ -16,7 +17,8 @@ event. Above it, this module reads top to bottom as the path runs:
    lost swap the re-read of the stored session;
 6. **record the receipt** — :meth:`Run.receipt` (:func:`recorded`), and the ledger of what
    a fold cost the prompt cache;
-7. **the pure planning it uses** — head, tail, region, safe ends, new body, clipping.
+7. **the pure functions it uses** — the thrash guard's detection, head, tail, region, safe
+   ends, new body, clipping, the summary request, the candidate and its check.
 
 The kernel does no I/O. Each effect is a step the generator yields and the engine's driver
 (:mod:`ctxfold.engine.driving`) performs, sending back the typed reply:
@@ -45,12 +47,12 @@ from typing import Literal, TypeVar
 
 import attrs
 
-from ctxfold.kernel import thrash
 from ctxfold.kernel.contracts import Estimator, Pruner, SummaryCheck
 from ctxfold.kernel.errors import (
     CompactionRequiredError,
     CtxfoldError,
     StaleContextError,
+    SummaryCapError,
     SummaryFailedError,
 )
 from ctxfold.kernel.fingerprint import content_hash, covered_prefix_hash, fingerprint
@@ -81,6 +83,7 @@ from ctxfold.kernel.types import (
     SummaryResult,
     ToolSchema,
     Trigger,
+    parse_time,
     utc_time,
 )
 from ctxfold.kernel.view import canonical_index, input_hash, visible_view
@@ -153,7 +156,7 @@ class MaintenanceContext:
     clock: Callable[[], float] = time.time
     #: Pins and the summary check (``None``: a checkpoint is head + summary + tail only).
     check: SummaryCheck | None = None
-    #: ``[checkpoint] max_summaries_per_hour`` (0: no cap; ctxfold.kernel.thrash).
+    #: ``[checkpoint] max_summaries_per_hour`` (0: no cap; the thrash guard, section 7).
     max_summaries_per_hour: int = 0
 
     @property
@@ -340,7 +343,7 @@ class Run:
         #: The ledger's summary figures of the fold under way (input, read, output).
         self.summary_tokens = LedgerEntry(estimated=False)
         #: What the thrash guard saw in this run (its folds then keep the smaller tail).
-        self.thrash: thrash.Thrash | None = None
+        self.thrash: Thrash | None = None
         self.noted = False
 
     def outcome(self, error: CtxfoldError | None = None) -> Outcome:
@@ -419,10 +422,10 @@ class Run:
         ctx = self.ctx
         automatic = ctx.trigger != "manual"  # a compaction asked for is never thrash
         if automatic and self.summary_calls == 0:  # the run's folds after it go on from it
-            self.thrash = thrash.refilled(self.state.telemetry, ctx.turn)
+            self.thrash = refilled(self.state.telemetry, ctx.turn)
         plan = self.plan(forced)
         if automatic and plan is not None and self.thrash is None:
-            self.thrash = thrash.same_span(self.view[plan.head:plan.end], ctx.count)
+            self.thrash = same_span(self.view[plan.head:plan.end], ctx.count)
             plan = self.plan(forced) if self.thrash is not None else plan
         if plan is None:
             if ctx.trigger == "manual":  # asked for, but there is simply nothing to fold
@@ -507,7 +510,7 @@ class Run:
         the cap, and say once per run that checkpoints thrash (a ``thrash`` record each)."""
         ctx = self.ctx
         telemetry = self.state.telemetry
-        error = thrash.over_cap(telemetry, now=ctx.clock(), limit=ctx.max_summaries_per_hour,
+        error = over_cap(telemetry, now=ctx.clock(), limit=ctx.max_summaries_per_hour,
                                 session_id=ctx.session_id)
         last = telemetry[-1] if telemetry else None
         if error is not None:
@@ -740,10 +743,98 @@ def unchanged(base: SidecarState) -> SidecarState:
     return base
 
 
-# -- 7. the pure planning the path uses: region, summary request, candidate, check ------------
+# -- 7. the pure functions the path uses: the thrash guard's detection, the region, the -----
+# summary request, the candidate, the check --------------------------------------------------
+
+# The thrash guard (docs/checkpoints.md, "When checkpoints thrash"): runaway loops of 18–108
+# compactions a night are reported of agents that have no such guard — each checkpoint leaves
+# a view the next turn or two fill up again, and every fold pays for a summary. Detection
+# reads only what the session recorded (its sidecar telemetry), so it survives a restart and
+# sees the folds of other processes sharing the session; what is done about it is
+# Run.fold's: a ``thrash`` record, a smaller verbatim tail, SummaryCapError past the cap.
+
+#: A checkpoint that brings the view back to the trigger within this many model turns bought
+#: almost nothing. An ordinary checkpoint (head + summary + the 5 % tail) leaves the view far
+#: below ``compact_ratio`` and takes many turns to refill; the reported runaway loops fold
+#: every turn or two. Three is "a few turns" and no more: a turn that adds a third of the
+#: window's pressure is already the pattern the guard is for.
+REFILL_TURNS = 3
+#: A fold region of which at least this share (in tokens) is the previous summary folds the
+#: same span again: what it would summarize is mostly a summary.
+SAME_SPAN_SHARE = 0.5
+#: The span ``[checkpoint] max_summaries_per_hour`` counts summaries over, in seconds.
+CAP_SECONDS = 3600.0
+
+
+@attrs.frozen
+class Thrash:
+    """What the guard saw: ``action`` is the ``thrash`` record's (``refill``, ``same-span``),
+    ``detail`` says what happened."""
+
+    action: str
+    detail: str
+
+
+def is_summary_install(record: TelemetryRecord) -> bool:
+    return record.kind == "install" and record.action == "summary"
+
+
+def refilled(telemetry: Sequence[TelemetryRecord], turn: int) -> Thrash | None:
+    """The fold about to be made at ``turn`` comes within :data:`REFILL_TURNS` turns of the
+    previous summary install (``None`` when it does not, or no install recorded its turn).
+    A manual previous install (``compact()``, a model's ``session:fold`` at a task boundary)
+    is not judged: folding early was asked for, and the fold that follows is the trigger's."""
+    last = next((r for r in reversed(telemetry) if is_summary_install(r)), None)
+    if (last is None or last.turn is None or last.trigger == "manual"
+            or not 0 <= turn - last.turn <= REFILL_TURNS):
+        return None
+    return Thrash("refill", f"the checkpoint of turn {last.turn} (projection "
+                            f"v{last.projection_version}) reached the trigger again at turn {turn}")
+
+
+def same_span(region: Sequence[Message], count: Callable[[Message], int]) -> Thrash | None:
+    """The fold ``region`` is mostly the previous summary (``None`` when it is not)."""
+    total = sum(count(m) for m in region)
+    summary = sum(count(m) for m in region if is_summary_message(m))
+    if not total or summary < SAME_SPAN_SHARE * total:
+        return None
+    return Thrash("same-span", f"{summary / total:.0%} of the fold region is the previous "
+                               f"summary: it would fold the same span again")
+
+
+def summary_times(telemetry: Sequence[TelemetryRecord], since: float) -> list[float]:
+    """When the summary installs recorded at or after ``since`` were made (seconds since the
+    epoch, by the session's clock); a record without a readable time is not counted."""
+    times = []
+    for record in telemetry:
+        at = parse_time(record.created_at) if is_summary_install(record) else None
+        if at is not None and at.timestamp() >= since:
+            times.append(at.timestamp())
+    return times
+
+
+def over_cap(telemetry: Sequence[TelemetryRecord], *, now: float, limit: int,
+             session_id: str) -> SummaryCapError | None:
+    """The error to raise when one more summary would pass ``limit`` summaries in the hour
+    before ``now`` (``None`` when it would not, or ``limit`` is 0: no cap)."""
+    if limit <= 0:
+        return None
+    times = summary_times(telemetry, now - CAP_SECONDS)
+    if len(times) < limit:
+        return None
+    retry_after = max(0.0, min(times) + CAP_SECONDS - now)
+    return SummaryCapError(
+        f"session {session_id!r}: {len(times)} summaries were installed in the last hour and "
+        f"[checkpoint] max_summaries_per_hour = {limit}: no summary was asked for and nothing "
+        f"changed. Its checkpoints thrash (`ctxfold inspect {session_id}` shows the thrash "
+        f"records): make each turn add less (smaller tool results), or raise "
+        f"max_summaries_per_hour (0 = no cap); the next summary is allowed in "
+        f"{retry_after / 60:.0f} min",
+        session_id=session_id, count=len(times), limit=limit, retry_after=retry_after,
+    )
 
 TAIL_RATIO = 0.05
-#: The verbatim tail of a checkpoint made while checkpoints thrash (ctxfold.kernel.thrash):
+#: The verbatim tail of a checkpoint made while checkpoints thrash (the thrash guard, section 7):
 #: 1 % of the window, so the fold takes all but the newest messages — the newest round is
 #: kept whatever the budget — and leaves the next turns more room before the trigger.
 THRASH_TAIL_RATIO = 0.01

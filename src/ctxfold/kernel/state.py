@@ -111,7 +111,7 @@ class Receipt:
 class TelemetryRecord:
     """One telemetry entry: a prepare that acted, an install, a resume, or a ``thrash``
     the guard saw (``action``: ``refill``, ``same-span`` or ``cap``; ``detail`` says what
-    it saw and did; :mod:`ctxfold.kernel.thrash`).
+    it saw and did; :mod:`ctxfold.kernel.maintenance`, the thrash guard).
 
     An install record carries its fold's cache :class:`~ctxfold.kernel.ledger.LedgerEntry`
     (``ledger``; ``None`` in older sidecars), completed in memory as requests are sent on
