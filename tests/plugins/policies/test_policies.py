@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ctxfold import Message, PolicyOptions, RequestShape, ToolCall, Usage
+from ctxfold import Message, PolicyOptions, RequestShape, ToolCall
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.plugins.policies._common import scaled
 from ctxfold.plugins.policies.codex_like import CodexLikePolicy
@@ -18,21 +18,7 @@ from ctxfold.plugins.policies.opencode_like import CLEARED, OpencodeLikePolicy
 from ctxfold.plugins.policies.openhands_like import OpenHandsLikePolicy
 from ctxfold.plugins.policies.truncate_oldest import TruncateOldestPolicy
 from ctxfold.plugins.summarizers.extractive import ExtractiveSummarizer
-
-
-class CharEstimator:
-    """One token per character of content (deterministic and easy to reason about)."""
-
-    name = "chars"
-
-    def estimate(self, shape: RequestShape) -> int:
-        return sum(len(m.content) for m in shape.messages)
-
-    def calibrate(self, shape: RequestShape, usage: Usage) -> bool:
-        return False
-
-    def reset_calibration(self) -> None:
-        pass
+from ctxfold.testing import CharEstimator
 
 
 def setup(tmp_path: Path, window: int, ratio: float = 0.8) -> PolicyOptions:
