@@ -55,11 +55,11 @@ def committer(disk: Disk) -> Committer:
 
 def capture(c: Committer) -> Capture:
     projection = c.state.projection
-    return Capture(c.transcript_version, len(CANONICAL),
+    return Capture("r1", len(CANONICAL),
                    projection.projection_version if projection else 0, c.state.generation)
 
 
-def install(c: Committer, captured: Capture, covered: int = 2) -> Receipt:
+def install(c: Committer, captured: Capture, covered: int = 2, revision: str = "r1") -> Receipt:
     version = captured.projection_version + 1
     projection = Projection(
         messages=(CANONICAL[0], Message(role="user", content="sum")), projection_version=version,
@@ -67,7 +67,7 @@ def install(c: Committer, captured: Capture, covered: int = 2) -> Receipt:
     receipt = Receipt(operation_id="", status=Action.APPLIED, projection_version=version,
                       action=Action.SUMMARY, input_hash="in", cache_break=True)
     state = c.commit(Commit(installed(captured, projection, receipt),
-                            record=TelemetryRecord(kind="install"), captured=captured))
+                            record=TelemetryRecord(kind="install"), captured=captured), revision)
     assert state.last_receipt is not None
     return state.last_receipt
 
@@ -76,7 +76,7 @@ def record(c: Committer, input_hash: str = "h",
            telemetry: TelemetryRecord | None = None) -> Receipt:
     receipt = Receipt(operation_id="", status=Action.BLOCKED,
                       action=Action.SUMMARY, input_hash=input_hash, reason="why")
-    state = c.commit(Commit(recorded(receipt, c.stamp()), record=telemetry))
+    state = c.commit(Commit(recorded(receipt, c.stamp()), record=telemetry), "r1")
     assert state.last_receipt is not None
     return state.last_receipt
 
@@ -98,15 +98,14 @@ def test_an_install_loses_when_anything_moved_in_this_process(moved: str) -> Non
     disk = Disk()
     c = committer(disk)
     captured = capture(c)
-    if moved == "transcript":
-        c.transcript_version += 1
-    elif moved == "length":
-        captured = attrs.evolve(captured, canonical_len=captured.canonical_len - 1)
+    revision = "r1"
+    if moved == "transcript":  # appended or rewound: the store revision moved
+        revision = "r2"
     else:
         record(c)
     saves = disk.saves
     with pytest.raises(StaleContextError):
-        install(c, captured)
+        install(c, captured, revision=revision)
     assert disk.saves == saves and c.state.projection is None
 
 

@@ -40,7 +40,6 @@ class Committer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
-        self.transcript_version = state.transcript_version
         self._save = save
         #: Re-reads the stored state (``None``: none, or unreadable).
         self.reload = reload
@@ -60,16 +59,16 @@ class Committer:
         """Now, by the session's clock, as the ISO-8601 UTC string every record carries."""
         return utc_time(self.clock())
 
-    def commit(self, step: Commit) -> SidecarState:
-        """Perform the fold path's :class:`~ctxfold.kernel.maintenance.Commit`; raises
-        :class:`StaleContextError` when an install lost (nothing is written then)."""
+    def commit(self, step: Commit, revision: str) -> SidecarState:
+        """Perform the fold path's :class:`~ctxfold.kernel.maintenance.Commit` for a
+        session whose transcript is at store ``revision``; raises :class:`StaleContextError`
+        when an install lost (nothing is written then)."""
         captured = step.captured
         if captured is not None:
             projection = self.state.projection
-            now = (self.transcript_version, projection.projection_version if projection else 0,
+            now = (revision, projection.projection_version if projection else 0,
                    self.state.generation)
-            if now != (captured.transcript_version, captured.projection_version,
-                       captured.generation):
+            if now != (captured.revision, captured.projection_version, captured.generation):
                 raise StaleContextError("context changed in this process during the operation")
         record = step.record
 
@@ -95,8 +94,7 @@ class Committer:
         :class:`StaleContextError` when another process installed first)."""
         for _attempt in range(8):
             previous = self.state
-            new_state = attrs.evolve(change(previous), transcript_version=self.transcript_version,
-                                     updated_at=self.stamp())
+            new_state = attrs.evolve(change(previous), updated_at=self.stamp())
             self.state = new_state
             try:
                 won = self._save(new_state)
@@ -171,7 +169,6 @@ class Committer:
 
     def after_rewind(self, canonical: Sequence[Message]) -> None:
         """Drop a projection that covers more than the rewound transcript."""
-        self.transcript_version += 1
         projection = self.state.projection
         if projection is not None and projection.covered_count > len(canonical):
             def on(base: SidecarState) -> SidecarState:

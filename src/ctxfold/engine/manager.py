@@ -247,7 +247,6 @@ class ContextManager:
                 return
             self._call_ids.add(calls)
             self._canonical.extend(batch)
-            self._committer.transcript_version += 1
             self._turn += sum(1 for m in batch if m.role == "assistant")
         if repeated:  # allowed, but probably a script run twice: say so
             self.notices.append(repeated)
@@ -284,7 +283,7 @@ class ContextManager:
             trigger_tokens=self.trigger_tokens, turn=self._turn, latches=self._latches,
             tools=tools, canonical=self._canonical, estimator=self.estimator,
             pruner=self.pruner, count=self._count, state=self.state,
-            transcript_version=self._committer.transcript_version,
+            revision=self._watch.revision,
             cached_tokens=self._committer.cached_tokens, clock=self._committer.clock,
             check=Checker(self.config.checkpoint, self._count),
             max_summaries_per_hour=self.config.checkpoint.max_summaries_per_hour,
@@ -295,11 +294,11 @@ class ContextManager:
         """Perform a maintenance step other than a summary: a compare-and-swap commit, the
         re-read after a lost one, the install hook."""
         if isinstance(step, Commit):
-            return self._committer.commit(step)
+            return self._committer.commit(step, self._watch.revision)
         if isinstance(step, Reread):  # take over the stored transcript and sidecar
             self._watch.stale = True
             self._sync()
-            return Stored(self._canonical, self.state, self._committer.transcript_version)
+            return Stored(self._canonical, self.state, self._watch.revision)
         if isinstance(step, AfterInstall):
             if self._hooks is not None:
                 self._hooks.ctxfold_after_install(session_id=self.session_id,

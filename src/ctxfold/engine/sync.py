@@ -82,7 +82,6 @@ class Watch:
                                              self._session_id)
         committer.state = state
         committer.adopted = False
-        committer.transcript_version += 1  # an operation captured before this one loses
         self.revision, self.stale = revision, False
         return canonical, notices
 

@@ -132,7 +132,7 @@ class Latches:
 @attrs.frozen
 class MaintenanceContext:
     """Everything one ``prepare()`` works from. ``canonical`` is read, never mutated;
-    ``state`` and ``transcript_version`` are the session's as the run starts (each
+    ``state`` and ``revision`` are the session's as the run starts (each
     :class:`Commit` and :class:`Reread` reply brings the run up to date)."""
 
     session_id: str
@@ -148,7 +148,9 @@ class MaintenanceContext:
     pruner: Pruner
     count: Callable[[Message], int]
     state: SidecarState = attrs.field(factory=SidecarState)
-    transcript_version: int = 0
+    #: The store revision of the transcript this process holds (design §5.1): an append, a
+    #: rewind or another process's write moves it, and an install captured before loses.
+    revision: str = ""
     #: The last observed request's prompt plus its reply: the prefix the provider caches
     #: (``None``: no usage observed yet; a fold's ledger then estimates it).
     cached_tokens: int | None = None
@@ -169,7 +171,7 @@ class MaintenanceContext:
 class Capture:
     """What an install saw when its operation started; the commit loses if any of it moved."""
 
-    transcript_version: int
+    revision: str
     canonical_len: int
     projection_version: int
     generation: int
@@ -203,12 +205,12 @@ class Reread:
 
 @attrs.frozen
 class Stored:
-    """The reply to :class:`Reread`: the transcript, sidecar state and transcript version
-    the session now holds."""
+    """The reply to :class:`Reread`: the transcript, sidecar state and store revision the
+    session now holds."""
 
     canonical: Sequence[Message]
     state: SidecarState
-    transcript_version: int
+    revision: str
 
 
 @attrs.frozen
@@ -334,7 +336,7 @@ class Run:
         self.ctx = ctx
         self.canonical = ctx.canonical
         self.state = ctx.state
-        self.transcript_version = ctx.transcript_version
+        self.revision = ctx.revision
         self.view, self.tokens = view, tokens
         self.latches = ctx.latches
         self.summary_calls = 0
@@ -536,7 +538,7 @@ class Run:
     def capture(self) -> Capture:
         projection = self.state.projection
         return Capture(
-            transcript_version=self.transcript_version,
+            revision=self.revision,
             canonical_len=len(self.canonical),
             projection_version=projection.projection_version if projection else 0,
             generation=self.state.generation,
@@ -558,7 +560,7 @@ class Run:
         version = captured.projection_version + 1
         stamp = self.stamp()
         projection = Projection(
-            messages=tuple(body), transcript_version=captured.transcript_version,
+            messages=tuple(body), transcript_version=len(self.canonical),
             projection_version=version, covered_count=covered,
             covered_prefix_hash=covered_prefix_hash(self.canonical, covered),
             summary_hash=summary_hash, source_tokens=self.tokens, projection_tokens=new_tokens,
@@ -590,7 +592,7 @@ class Run:
             stored = yield Reread()
             if isinstance(stored, Stored):
                 self.canonical, self.state = stored.canonical, stored.state
-                self.transcript_version = stored.transcript_version
+                self.revision = stored.revision
             self.refresh()
             yield from self.receipt(Action.BLOCKED, STALE, action)
             return False
