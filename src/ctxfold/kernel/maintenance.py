@@ -402,11 +402,9 @@ class Run:
     def prune(self, pruned: Pruned) -> Generator[Step, object, bool]:
         """Install ``pruned`` alone (a prune projection over the whole transcript)."""
         captured = self.capture()
-        if not (yield from self.install(
-            captured, self.input_hash(), Action.PRUNE, body=pruned.view,
-            covered=len(self.canonical), candidate=pruned.view, new_tokens=pruned.tokens,
-            affected=pruned.affected,
-        )):
+        made = Candidate(body=pruned.view, covered_count=len(self.canonical), view=pruned.view)
+        if not (yield from self.install(captured, self.input_hash(), Action.PRUNE, made,
+                                        pruned.tokens, affected=pruned.affected)):
             return False
         self.action = Action.PRUNE
         self.pruned = True
@@ -490,8 +488,7 @@ class Run:
             yield from self.receipt(Action.BLOCKED, ABOVE_CEILING, Action.SUMMARY)
             return Action.BLOCKED
         if not (yield from self.install(
-            captured, view_hash, Action.SUMMARY, body=made.body,
-            covered=made.covered_count, candidate=made.view, new_tokens=new_tokens,
+            captured, view_hash, Action.SUMMARY, made, new_tokens,
             summary_text=checked.text if checked else text, checked=checked,
             affected=pruned.affected if pruned else 0,
         )):
@@ -545,13 +542,14 @@ class Run:
         )
 
     def install(
-        self, captured: Capture, view_hash: str, action: Action, *,
-        body: list[Message], covered: int, candidate: list[Message], new_tokens: int,
-        affected: int = 0, summary_text: str = "", checked: CheckResult | None = None,
+        self, captured: Capture, view_hash: str, action: Action, made: Candidate,
+        new_tokens: int, *, affected: int = 0, summary_text: str = "",
+        checked: CheckResult | None = None,
     ) -> Generator[Step, object, bool]:
-        """CAS-commit a prune or summary projection and fire the install hook; False (and a
-        blocked receipt, after re-reading the stored session) if the context moved while the
-        operation ran."""
+        """CAS-commit the projection of ``made`` (a prune's or a checkpoint's, ``new_tokens``
+        its view's estimate) and fire the install hook; False (and a blocked receipt, after
+        re-reading the stored session) if the context moved while the operation ran."""
+        body, covered, candidate = made.body, made.covered_count, made.view
         output_hash = fingerprint(candidate)
         summary_hash = content_hash(summary_text) if summary_text else ""
         saved = self.tokens - new_tokens
@@ -1082,9 +1080,10 @@ def clipped_request(
 
 @attrs.frozen
 class Candidate:
-    """A checkpoint ready to install: its body, coverage and the view it gives; ``summary``
-    is the summary's position in both, ``hint`` the lookup hint closing it, ``rules`` the
-    pinned rules the view must carry."""
+    """A projection ready to install — a checkpoint, or a prune over the whole transcript:
+    its body, coverage and the view it gives; for a checkpoint ``summary`` is the summary's
+    position in both, ``hint`` the lookup hint closing it, ``rules`` the pinned rules the
+    view must carry."""
 
     body: list[Message]
     covered_count: int
