@@ -101,7 +101,7 @@ def test_the_word_match_is_by_word_not_substring(name: str, word: str, expected:
 def test_one_outcome_vocabulary() -> None:
     """Only ``Action`` says what maintenance did: no other enum of the kernel or the engine
     spells its values (they were four enums converted into each other by string value)."""
-    from ctxfold.kernel.state import Action
+    from ctxfold import Action
 
     outcomes = {a.value for a in Action} - {"none"}
     others = []

@@ -23,7 +23,8 @@ PUBLIC = {
     "CountStore", "PrefixStore", "Transcript", "LazyLines",
     # value types
     "Message", "ToolCall", "ToolSchema", "Usage", "ChatRequest", "ChatResponse",
-    "SummaryRequest", "SummaryResult", "Projection", "Receipt", "CacheState", "SidecarState",
+    "SummaryRequest", "SummaryResult", "Projection", "Receipt", "Action", "CacheState",
+    "SidecarState",
     "ForkPoint",
     "RequestShape", "TextStats", "SseEvent", "ImportedSession", "PolicyRequest", "SummaryCall",
     "Appended",

@@ -71,6 +71,7 @@ _EXPORTS = {
     "SummaryResult": "ctxfold.kernel.types",
     "Projection": "ctxfold.kernel.state",
     "Receipt": "ctxfold.kernel.state",
+    "Action": "ctxfold.kernel.state",
     "CacheState": "ctxfold.kernel.state",
     "SidecarState": "ctxfold.kernel.state",
     "ForkPoint": "ctxfold.kernel.types",
@@ -188,7 +189,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from ctxfold.kernel.registry import Registry
     from ctxfold.kernel.sessions import ImportedSession, PolicyRequest, SummaryCall
-    from ctxfold.kernel.state import CacheState, Projection, Receipt, SidecarState
+    from ctxfold.kernel.state import Action, CacheState, Projection, Receipt, SidecarState
     from ctxfold.kernel.types import (
         Appended,
         ChatRequest,

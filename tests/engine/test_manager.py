@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ctxfold import (
+    Action,
     CacheState,
     CompactionRequiredError,
     ContextManager,
@@ -21,7 +22,6 @@ from ctxfold import (
     ToolCall,
     message_to_openai,
 )
-from ctxfold.kernel.state import Action
 from ctxfold.testing import RecordingSummarizer
 
 MARKER = "[... tool result middle pruned ...]"

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import make_config
 
 import ctxfold
-from ctxfold import Message, MessageError, ToolCall
+from ctxfold import Action, Message, MessageError, ToolCall
 from ctxfold.engine import check as check_module
 from ctxfold.engine.pins import (
     LEFT_TO_SUMMARY,
@@ -22,7 +22,6 @@ from ctxfold.engine.pins import (
     standing_rules,
 )
 from ctxfold.kernel.config import CheckpointConfig
-from ctxfold.kernel.state import Action
 from ctxfold.kernel.summary import is_summary_message
 from ctxfold.kernel.types import PinBlock
 from ctxfold.testing import RecordingSummarizer

@@ -15,8 +15,7 @@ from typing import Any
 from tests.conftest import make_config
 
 import ctxfold
-from ctxfold import Message
-from ctxfold.kernel.state import Action
+from ctxfold import Action, Message
 from ctxfold.plugins.stores.fs import FsStore
 from ctxfold.testing import RecordingSummarizer
 

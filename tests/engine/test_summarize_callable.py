@@ -10,8 +10,7 @@ import pytest
 from tests.conftest import make_config
 
 import ctxfold
-from ctxfold import ConfigError, SummaryRequest, SummaryResult
-from ctxfold.kernel.state import Action
+from ctxfold import Action, ConfigError, SummaryRequest, SummaryResult
 
 
 def seed(cm: ctxfold.ContextManager, rounds: int = 30, size: int = 1500) -> None:

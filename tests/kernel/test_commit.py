@@ -7,13 +7,21 @@ import attrs
 import pytest
 from tests.kernel.test_maintenance import context, performer, session
 
-from ctxfold import CacheState, Message, Projection, Receipt, SidecarState, StaleContextError
+from ctxfold import (
+    Action,
+    CacheState,
+    Message,
+    Projection,
+    Receipt,
+    SidecarState,
+    StaleContextError,
+)
 from ctxfold.engine import driving
 from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance
 from ctxfold.kernel.fingerprint import covered_prefix_hash
 from ctxfold.kernel.maintenance import Capture, Commit, installed, recorded
-from ctxfold.kernel.state import Action, TelemetryRecord
+from ctxfold.kernel.state import TelemetryRecord
 
 CANONICAL = [Message(role="system", content="s"), Message(role="user", content="task"),
              Message(role="assistant", content="a")]

@@ -14,6 +14,7 @@ import attrs
 import pytest
 
 from ctxfold import (
+    Action,
     CompactionRequiredError,
     Message,
     ProviderError,
@@ -37,7 +38,6 @@ from ctxfold.kernel.maintenance import (
     Stored,
     Summarize,
 )
-from ctxfold.kernel.state import Action
 from ctxfold.kernel.types import Trigger
 from ctxfold.kernel.view import visible_view
 from ctxfold.testing import CharEstimator

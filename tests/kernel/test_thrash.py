@@ -14,11 +14,11 @@ from tests.conftest import make_config
 from tests.kernel.test_maintenance import Case, context, run, session
 
 import ctxfold
-from ctxfold import Config, Message, SidecarState, ToolCall
+from ctxfold import Action, Config, Message, SidecarState, ToolCall
 from ctxfold.engine.committer import Committer
 from ctxfold.kernel import maintenance
 from ctxfold.kernel.config import CheckpointConfig
-from ctxfold.kernel.state import Action, TelemetryRecord
+from ctxfold.kernel.state import TelemetryRecord
 from ctxfold.kernel.summary import wrap_summary
 from ctxfold.kernel.types import utc_time
 from ctxfold.testing import RecordingSummarizer

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxfold import (
+    Action,
     CacheState,
     Config,
     Message,
@@ -27,7 +28,7 @@ from ctxfold.engine.sidecar import dumps_state
 from ctxfold.kernel.codec import message_from_dict
 from ctxfold.kernel.compat import LEGACY_SIDECAR_FIELDS
 from ctxfold.kernel.kinds import SIDECAR_FORMAT
-from ctxfold.kernel.state import RECEIPT_ACTIONS, RECEIPT_STATUSES, Action, TelemetryRecord
+from ctxfold.kernel.state import RECEIPT_ACTIONS, RECEIPT_STATUSES, TelemetryRecord
 from ctxfold.plugins.sidecar_v3 import SidecarV3Codec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sidecar"

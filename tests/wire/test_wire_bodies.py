@@ -6,9 +6,8 @@ import json
 
 import attrs
 
-from ctxfold import ContextManager, Fault, Message, Registry, ToolCall, open_session
+from ctxfold import Action, ContextManager, Fault, Message, Registry, ToolCall, open_session
 from ctxfold.kernel.kinds import PROVIDER
-from ctxfold.kernel.state import Action
 
 
 def open_with(config, session="wire", **kwargs):
