@@ -66,7 +66,11 @@ from ctxfold.kernel.types import (
     Usage,
 )
 
-__all__ = ["CharEstimator", "RecordingSummarizer", "StoreContract"]
+__all__ = [
+    "EMULATOR_KEY_ENV", "CharEstimator", "RecordingSummarizer", "StoreContract",
+    "ctxfold_config", "ctxfold_emulator", "ctxfold_plugin_manager", "ctxfold_provider_config",
+    "ctxfold_registry",
+]
 
 
 class RecordingSummarizer:

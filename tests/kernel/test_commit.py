@@ -15,6 +15,7 @@ from ctxfold import (
     Receipt,
     SidecarState,
     StaleContextError,
+    Usage,
 )
 from ctxfold.engine import driving
 from ctxfold.engine.committer import Committer
@@ -63,11 +64,11 @@ def committer(disk: Disk) -> Committer:
 
 def capture(c: Committer) -> Capture:
     projection = c.state.projection
-    return Capture("r1", len(CANONICAL),
+    return Capture(len(CANONICAL),
                    projection.projection_version if projection else 0, c.state.generation)
 
 
-def install(c: Committer, captured: Capture, covered: int = 2, revision: str = "r1") -> Receipt:
+def install(c: Committer, captured: Capture, covered: int = 2) -> Receipt:
     version = captured.projection_version + 1
     projection = Projection(
         messages=(CANONICAL[0], Message(role="user", content="sum")), projection_version=version,
@@ -75,7 +76,7 @@ def install(c: Committer, captured: Capture, covered: int = 2, revision: str = "
     receipt = Receipt(operation_id="", status=Action.APPLIED, projection_version=version,
                       action=Action.SUMMARY, input_hash="in", cache_break=True)
     state = c.commit(Commit(installed(captured, projection, receipt),
-                            record=TelemetryRecord(kind="install"), captured=captured), revision)
+                            record=TelemetryRecord(kind="install"), captured=captured))
     assert state.last_receipt is not None
     return state.last_receipt
 
@@ -84,7 +85,7 @@ def record(c: Committer, input_hash: str = "h",
            telemetry: TelemetryRecord | None = None) -> Receipt:
     receipt = Receipt(operation_id="", status=Action.BLOCKED,
                       action=Action.SUMMARY, input_hash=input_hash, reason="why")
-    state = c.commit(Commit(recorded(receipt, c.stamp()), record=telemetry), "r1")
+    state = c.commit(Commit(recorded(receipt, c.stamp()), record=telemetry))
     assert state.last_receipt is not None
     return state.last_receipt
 
@@ -101,20 +102,19 @@ def test_a_clean_install_bumps_version_and_generation_and_persists() -> None:
     assert disk.state == c.state and disk.saves == 1
 
 
-@pytest.mark.parametrize("moved", ["transcript", "generation"])
+@pytest.mark.parametrize("moved", ["receipt", "install"])
 def test_an_install_loses_when_anything_moved_in_this_process(moved: str) -> None:
     disk = Disk()
     c = committer(disk)
     captured = capture(c)
-    revision = "r1"
-    if moved == "transcript":  # appended or rewound: the store revision moved
-        revision = "r2"
-    else:
+    if moved == "receipt":
         record(c)
-    saves = disk.saves
+    else:
+        install(c, capture(c))
+    saves, before = disk.saves, c.state.projection
     with pytest.raises(StaleContextError):
-        install(c, captured, revision=revision)
-    assert disk.saves == saves and c.state.projection is None
+        install(c, captured)
+    assert disk.saves == saves and c.state.projection == before
 
 
 def theirs_with_checkpoint(generation: int) -> SidecarState:
@@ -226,3 +226,21 @@ def test_rewind_drops_a_projection_that_covers_more_than_is_left() -> None:
     install(c, capture(c), covered=2)
     c.after_rewind(CANONICAL[:1])
     assert c.state.projection is None
+
+
+def test_cache_figures_go_on_the_next_record_that_lands() -> None:
+    """Observed cache hits and misses are written once, on the next record that lands: a
+    failed write gives them back, and the record after carries none of them again."""
+    disk = Disk()
+    c = committer(disk)
+    c.observe_cache(Usage(prompt_tokens=10, cache_hit_tokens=7, cache_miss_tokens=3))
+    disk.fail = True
+    with pytest.raises(OSError):
+        record(c, telemetry=TelemetryRecord(kind="prepare"))
+    disk.fail = False
+    record(c, input_hash="h2", telemetry=TelemetryRecord(kind="prepare"))
+    last = c.state.telemetry[-1]
+    assert (last.cache_hit_tokens, last.cache_miss_tokens) == (7, 3)
+    record(c, input_hash="h3", telemetry=TelemetryRecord(kind="prepare"))
+    last = c.state.telemetry[-1]
+    assert (last.cache_hit_tokens, last.cache_miss_tokens) == (0, 0)

@@ -80,7 +80,7 @@ def context(canonical: list[Message], committer: Committer, *, trigger: Trigger 
         trigger_tokens=int(window * ratio), turn=turn, latches=latches or Latches(), tools=(),
         canonical=canonical, estimator=CharEstimator(), pruner=pruner or NoPrune(),
         count=lambda m: len(m.content), state=committer.state,
-        revision="r1", clock=committer.clock,
+        clock=committer.clock,
     ), committer)
 
 
@@ -91,9 +91,9 @@ def performer(case: Case, summarize: object) -> object:
         if isinstance(step, Summarize):
             return summarize(step.request)  # type: ignore[operator]
         if isinstance(step, Commit):
-            return case.committer.commit(step, case.ctx.revision)
+            return case.committer.commit(step)
         if isinstance(step, Reread):
-            return Stored(case.ctx.canonical, case.committer.state, case.ctx.revision)
+            return Stored(case.ctx.canonical, case.committer.state)
         return None  # AfterInstall: no hooks here
 
     return perform
@@ -215,13 +215,12 @@ def test_a_lost_compare_and_swap_asks_for_the_stored_transcript() -> None:
     assert isinstance(request, Summarize)
     commit = steps.send(SummaryResult(text="## Goal\n- g"))
     assert isinstance(commit, Commit) and commit.captured is not None
-    with pytest.raises(StaleContextError):  # someone appended while the summary ran
-        c.commit(commit, revision="r2")
+    c.commit(attrs.evolve(commit, change=lambda s: s))  # another install of this process
     assert isinstance(steps.throw(StaleContextError("moved")), Reread)
-    receipt = steps.send(Stored([*canonical, appended], c.state, "r2"))
+    receipt = steps.send(Stored([*canonical, appended], c.state))
     assert isinstance(receipt, Commit) and receipt.captured is None  # the blocked receipt
     with pytest.raises(StopIteration) as stop:
-        steps.send(c.commit(receipt, revision="r2"))
+        steps.send(c.commit(receipt))
     outcome = stop.value.value
     assert outcome.view[-1] == appended and outcome.action is Action.BLOCKED
 

@@ -59,31 +59,38 @@ class Committer:
         """Now, by the session's clock, as the ISO-8601 UTC string every record carries."""
         return utc_time(self.clock())
 
-    def commit(self, step: Commit, revision: str) -> SidecarState:
-        """Perform the fold path's :class:`~ctxfold.kernel.maintenance.Commit` for a
-        session whose transcript is at store ``revision``; raises :class:`StaleContextError`
-        when an install lost (nothing is written then)."""
+    def commit(self, step: Commit) -> SidecarState:
+        """Perform the fold path's :class:`~ctxfold.kernel.maintenance.Commit`; raises
+        :class:`StaleContextError` when an install lost (nothing is written then): another
+        install or receipt of this process since it captured, or (``change``) another
+        process's install."""
         captured = step.captured
         if captured is not None:
             projection = self.state.projection
-            now = (revision, projection.projection_version if projection else 0,
-                   self.state.generation)
-            if now != (captured.revision, captured.projection_version, captured.generation):
+            now = (projection.projection_version if projection else 0, self.state.generation)
+            if now != (captured.projection_version, captured.generation):
                 raise StaleContextError("context changed in this process during the operation")
         record = step.record
+        # The cache figures observed since the previous record go on this one (records add
+        # up instead of repeating a running total); taken now, given back if nothing lands.
+        hits, misses = (self.cache_hit_tokens, self.cache_miss_tokens) if record else (0, 0)
+        self.cache_hit_tokens -= hits
+        self.cache_miss_tokens -= misses
 
         def on(base: SidecarState) -> SidecarState:
             new = step.change(base)
             if record is None:
                 return new
             counted = attrs.evolve(record, cache_state=base.last_cache_state,
-                                   cache_hit_tokens=self.cache_hit_tokens,
-                                   cache_miss_tokens=self.cache_miss_tokens)
+                                   cache_hit_tokens=hits, cache_miss_tokens=misses)
             return attrs.evolve(new, telemetry=self._with_telemetry(counted, base))
 
-        self._persist(on)
-        if record is not None:  # the figures since the previous record, not a running total
-            self.cache_hit_tokens = self.cache_miss_tokens = 0
+        try:
+            self._persist(on)
+        except BaseException:
+            self.cache_hit_tokens += hits
+            self.cache_miss_tokens += misses
+            raise
         return self.state
 
     # -- writes ------------------------------------------------------------------------------

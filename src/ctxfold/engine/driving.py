@@ -2,10 +2,11 @@
 
 The fold path (:func:`ctxfold.kernel.maintenance.maintain`) and one model turn
 (:func:`ctxfold.engine.turn.turn`) are generators that do no I/O: they yield a step for each
-effect and are sent its reply, or have its :class:`~ctxfold.CtxfoldError` thrown in at the
-``yield``. :func:`adrive` runs one with an awaitable ``perform``; :func:`drive` with a
-plain one, over the same loop (an awaitable that never suspends completes in one step,
-without an event loop), so the sync and async faces of the engine share one definition.
+effect and are sent its reply, or have its error thrown in at the ``yield`` when the step's
+class names that error in ``thrown`` (any other error of the effect propagates, as it would
+from a direct call). :func:`adrive` runs one with an awaitable ``perform``; :func:`drive`
+with a plain one, over the same loop (an awaitable that never suspends completes in one
+step, without an event loop), so the sync and async faces share one definition.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ async def adrive(steps: Generator[S, object, R],
         try:
             answer = await perform(step)
         except CtxfoldError as exc:
+            if not isinstance(exc, getattr(type(step), "thrown", ())):
+                raise
             error = exc
 
 

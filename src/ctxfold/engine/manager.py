@@ -13,7 +13,7 @@ import asyncio
 import math
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -66,7 +66,7 @@ from ctxfold.kernel.contracts import (
     Store,
     Summarizer,
 )
-from ctxfold.kernel.errors import MaintenanceError, ProviderError
+from ctxfold.kernel.errors import MaintenanceError, ProviderError, StaleContextError
 from ctxfold.kernel.maintenance import (
     PROTOCOL_RESERVE,
     AfterInstall,
@@ -271,8 +271,10 @@ class ContextManager:
 
     # -- maintenance -------------------------------------------------------------------------
 
-    def _maintenance(self, trigger: Trigger, focus: str | None,
-                     tools: tuple[ToolSchema, ...]) -> maintenance.Maintenance:
+    def _maintenance(self, trigger: Trigger, focus: str | None, tools: tuple[ToolSchema, ...]
+                     ) -> tuple[maintenance.Maintenance, Callable[[object], object]]:
+        """One maintenance run over the session as it is now, and the performer of its
+        steps other than summaries."""
         settings = session_settings(self.window, self.trigger_tokens, self.config,
                                     self.estimator)
         if self.state.settings != settings:  # written with the next install or receipt only
@@ -283,28 +285,38 @@ class ContextManager:
             trigger_tokens=self.trigger_tokens, turn=self._turn, latches=self._latches,
             tools=tools, canonical=self._canonical, estimator=self.estimator,
             pruner=self.pruner, count=self._count, state=self.state,
-            revision=self._watch.revision,
             cached_tokens=self._committer.cached_tokens, clock=self._committer.clock,
             check=Checker(self.config.checkpoint, self._count),
             max_summaries_per_hour=self.config.checkpoint.max_summaries_per_hour,
         )
-        return maintenance.maintain(context, view, tokens)
+        return maintenance.maintain(context, view, tokens), self._effects(self._canonical)
 
-    def _perform(self, step: object) -> object:
-        """Perform a maintenance step other than a summary: a compare-and-swap commit, the
-        re-read after a lost one, the install hook."""
-        if isinstance(step, Commit):
-            return self._committer.commit(step, self._watch.revision)
-        if isinstance(step, Reread):  # take over the stored transcript and sidecar
-            self._watch.stale = True
-            self._sync()
-            return Stored(self._canonical, self.state, self._watch.revision)
-        if isinstance(step, AfterInstall):
-            if self._hooks is not None:
-                self._hooks.ctxfold_after_install(session_id=self.session_id,
-                                                  receipt=step.receipt)
-            return None
-        raise TypeError(f"not a maintenance step: {step!r}")
+    def _effects(self, held: Transcript) -> Callable[[object], object]:
+        """Perform the maintenance steps other than summaries — a compare-and-swap commit,
+        the re-read after a lost one, the install hook — for a run working from the
+        transcript ``held``: an install captured over it loses once a rewind or a re-read
+        replaced it (an append the run itself sees)."""
+
+        def perform(step: object) -> object:
+            nonlocal held
+            if isinstance(step, Commit):
+                if step.captured is not None and held is not self._canonical:
+                    raise StaleContextError(
+                        "the transcript was rewound or re-read during the operation")
+                return self._committer.commit(step)
+            if isinstance(step, Reread):  # take over the stored transcript and sidecar
+                self._watch.stale = True
+                self._sync()
+                held = self._canonical
+                return Stored(held, self.state)
+            if isinstance(step, AfterInstall):
+                if self._hooks is not None:
+                    self._hooks.ctxfold_after_install(session_id=self.session_id,
+                                                      receipt=step.receipt)
+                return None
+            raise TypeError(f"not a maintenance step: {step!r}")
+
+        return perform
 
     def _apply(self, outcome: Outcome, tools: tuple[ToolSchema, ...],
                trigger: Trigger) -> PreparedRequest:
@@ -340,12 +352,14 @@ class ContextManager:
         with self._lock:
             self._sync()
             tools = self.request_tools()
+            steps, effects = self._maintenance(trigger, focus, tools)
+
             def perform(step: maintenance.Step) -> object:
                 if isinstance(step, Summarize):
                     return text_repaired(self.summarizer.summarize(step.request))
-                return self._perform(step)
+                return effects(step)
 
-            outcome = driving.drive(self._maintenance(trigger, focus, tools), perform)
+            outcome = driving.drive(steps, perform)
             return self._apply(outcome, tools, trigger)
 
     def compact(self, focus: str | None = None) -> PreparedRequest:
@@ -361,13 +375,14 @@ class ContextManager:
             with self._lock:
                 self._sync()
                 tools = self.request_tools()
+                steps, effects = self._maintenance(trigger, focus, tools)
 
             async def perform(step: maintenance.Step) -> object:
                 if isinstance(step, Summarize):
                     return text_repaired(await asummarize(self.summarizer, step.request))
-                return self._perform(step)
+                return effects(step)
 
-            outcome = await driving.adrive(self._maintenance(trigger, focus, tools), perform)
+            outcome = await driving.adrive(steps, perform)
             with self._lock:
                 return self._apply(outcome, tools, trigger)
 

@@ -7,8 +7,9 @@ single retry. A partial assistant message from a broken stream is never recorded
 
 :func:`turn` is a generator, so the sync and async faces of the engine share this logic: it
 yields :class:`Send` (and is sent the :class:`~ctxfold.kernel.types.ChatResponse`, or has the
-:class:`~ctxfold.ContextLimitError` thrown in), :class:`Prepare` (sent the prepared request) and
-:class:`Learn` (nothing sent back), and returns the response to append; the engine's one
+:class:`~ctxfold.ContextLimitError` thrown in), :class:`Prepare` (sent the prepared request, or
+has the :class:`~ctxfold.CompactionRequiredError` thrown in) and :class:`Learn` (nothing sent
+back), and returns the response to append; the engine's one
 driver (:mod:`ctxfold.engine.driving`) performs the steps.
 
 An overflow error without numbers (OpenAI's ``context_length_exceeded``) proves only that the
@@ -25,14 +26,14 @@ cannot fold enough, and the error says which window was assumed.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
 from ctxfold.engine.prepared import PreparedRequest
 from ctxfold.kernel.config import Config
 from ctxfold.kernel.contracts import Estimator, Provider, ShowsBody
-from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError
+from ctxfold.kernel.errors import CompactionRequiredError, ContextLimitError, CtxfoldError
 from ctxfold.kernel.maintenance import PROTOCOL_RESERVE, TAIL_RATIO
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message, RequestShape, Trigger, Usage
 
@@ -50,15 +51,18 @@ SMALLEST_WINDOW = 4096
 
 @attrs.frozen
 class Send:
-    """Send ``request`` to the provider."""
+    """Send ``request`` to the provider (its overflow error is thrown in)."""
 
+    thrown: ClassVar[tuple[type[CtxfoldError], ...]] = (ContextLimitError,)
     request: ChatRequest
 
 
 @attrs.frozen
 class Prepare:
-    """Run ``prepare(trigger)`` and send back the prepared request."""
+    """Run ``prepare(trigger)`` and send back the prepared request (a
+    :class:`CompactionRequiredError` is thrown in)."""
 
+    thrown: ClassVar[tuple[type[CtxfoldError], ...]] = (CompactionRequiredError,)
     trigger: Trigger
 
 
@@ -67,6 +71,7 @@ class Learn:
     """The provider's overflow error taught something: the effective window is at most
     ``window`` (0: unchanged); calibrate from ``prompt_tokens`` for ``request`` (0: none)."""
 
+    thrown: ClassVar[tuple[type[CtxfoldError], ...]] = ()
     window: int
     prompt_tokens: int
     request: ChatRequest

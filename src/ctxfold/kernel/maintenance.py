@@ -32,10 +32,12 @@ step                   the driver                                               
 :class:`AfterInstall`  fires the ``ctxfold_after_install`` hook                   ``None``
 =====================  =========================================================  ==========
 
-An error of the effect (a summarizer's :class:`CtxfoldError`, a lost compare-and-swap's
-:class:`StaleContextError`) is thrown in at the ``yield``. The only calls that leave this
-module for behaviour are the plugins the context carries: the estimator, the pruner and the
-summary check (pins and the check of a summary).
+An error of the effect that the step names in ``thrown`` (a summarizer's
+:class:`CtxfoldError`, a lost compare-and-swap's :class:`StaleContextError`) is thrown in at
+the ``yield``; any other propagates. The only calls that leave this module for behaviour are
+the plugins the context carries — the estimator, the pruner and the summary check (pins and
+the check of a summary) — and its clock; the rest are value helpers named for their concept
+(the summary message format, the view rule, fingerprints).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 import attrs
 
@@ -131,9 +133,10 @@ class Latches:
 
 @attrs.frozen
 class MaintenanceContext:
-    """Everything one ``prepare()`` works from. ``canonical`` is read, never mutated;
-    ``state`` and ``revision`` are the session's as the run starts (each
-    :class:`Commit` and :class:`Reread` reply brings the run up to date)."""
+    """Everything one ``prepare()`` works from. ``canonical`` is the session's transcript,
+    read, never mutated here (an append while the run waits makes its install lose);
+    ``state`` is the session's sidecar state as the run starts (each :class:`Commit` and
+    :class:`Reread` reply brings the run up to date)."""
 
     session_id: str
     trigger: Trigger
@@ -147,10 +150,7 @@ class MaintenanceContext:
     estimator: Estimator
     pruner: Pruner
     count: Callable[[Message], int]
-    state: SidecarState = attrs.field(factory=SidecarState)
-    #: The store revision of the transcript this process holds (design §5.1): an append, a
-    #: rewind or another process's write moves it, and an install captured before loses.
-    revision: str = ""
+    state: SidecarState
     #: The last observed request's prompt plus its reply: the prefix the provider caches
     #: (``None``: no usage observed yet; a fold's ledger then estimates it).
     cached_tokens: int | None = None
@@ -169,18 +169,27 @@ class MaintenanceContext:
 
 @attrs.frozen
 class Capture:
-    """What an install saw when its operation started; the commit loses if any of it moved."""
+    """What an install saw when its operation started: the transcript length its view was
+    built from (the run checks it), the projection version and generation (the driver checks
+    them, and that the transcript was not replaced by a rewind or a re-read). The commit
+    loses if any of it moved."""
 
-    revision: str
     canonical_len: int
     projection_version: int
     generation: int
 
 
+#: The errors of a step's effect its generator is sent (thrown in at the ``yield``); any
+#: other error propagates out of the driver (:mod:`ctxfold.engine.driving`).
+Thrown = tuple[type[CtxfoldError], ...]
+
+
 @attrs.frozen
 class Summarize:
-    """Step: ask the summarizer for ``request``. Reply: its :class:`SummaryResult`."""
+    """Step: ask the summarizer for ``request``. Reply: its :class:`SummaryResult`; the
+    summarizer's :class:`CtxfoldError` is thrown in."""
 
+    thrown: ClassVar[Thrown] = (CtxfoldError,)
     request: SummaryRequest
 
 
@@ -188,10 +197,12 @@ class Summarize:
 class Commit:
     """Step: write ``change`` of the session's sidecar state by compare-and-swap, appending
     ``record`` (its cache figures filled in by the driver). ``captured``: an install, which
-    loses (:class:`StaleContextError` thrown in) when anything it captured moved in this
-    process; ``change`` itself raises it when another process installed first. Reply: the
-    state now held."""
+    loses (:class:`StaleContextError` thrown in) when another install or receipt of this
+    process came first, or the transcript was rewound or re-read (the driver checks; the run
+    itself checks that the transcript did not grow past its view); ``change`` raises it when
+    another process installed first. Reply: the state now held."""
 
+    thrown: ClassVar[Thrown] = (StaleContextError,)
     change: Callable[[SidecarState], SidecarState]
     record: TelemetryRecord | None = None
     captured: Capture | None = None
@@ -200,23 +211,26 @@ class Commit:
 @attrs.frozen
 class Reread:
     """Step: after a lost compare-and-swap, take over the stored session. Reply:
-    :class:`Stored`."""
+    :class:`Stored` (a failure to read it propagates)."""
+
+    thrown: ClassVar[Thrown] = ()
 
 
 @attrs.frozen
 class Stored:
-    """The reply to :class:`Reread`: the transcript, sidecar state and store revision the
-    session now holds."""
+    """The reply to :class:`Reread`: the transcript and sidecar state the session now
+    holds."""
 
     canonical: Sequence[Message]
     state: SidecarState
-    revision: str
 
 
 @attrs.frozen
 class AfterInstall:
-    """Step: fire the ``ctxfold_after_install`` hook for ``receipt``. Reply: ``None``."""
+    """Step: fire the ``ctxfold_after_install`` hook for ``receipt``. Reply: ``None`` (a
+    hook's error propagates)."""
 
+    thrown: ClassVar[Thrown] = ()
     receipt: Receipt
 
 
@@ -336,8 +350,9 @@ class Run:
         self.ctx = ctx
         self.canonical = ctx.canonical
         self.state = ctx.state
-        self.revision = ctx.revision
         self.view, self.tokens = view, tokens
+        #: How many transcript messages the view was built from.
+        self.view_len = len(self.canonical)
         self.latches = ctx.latches
         self.summary_calls = 0
         self.action = Action.NONE
@@ -359,6 +374,7 @@ class Run:
         return self.ctx.estimator.estimate(RequestShape(list(messages), self.ctx.tools))
 
     def refresh(self) -> None:
+        self.view_len = len(self.canonical)
         self.view = visible_view(self.state.projection, self.canonical)
         self.tokens = self.estimate(self.view)
 
@@ -535,8 +551,7 @@ class Run:
     def capture(self) -> Capture:
         projection = self.state.projection
         return Capture(
-            revision=self.revision,
-            canonical_len=len(self.canonical),
+            canonical_len=self.view_len,
             projection_version=projection.projection_version if projection else 0,
             generation=self.state.generation,
         )
@@ -590,7 +605,6 @@ class Run:
             stored = yield Reread()
             if isinstance(stored, Stored):
                 self.canonical, self.state = stored.canonical, stored.state
-                self.revision = stored.revision
             self.refresh()
             yield from self.receipt(Action.BLOCKED, STALE, action)
             return False
@@ -852,10 +866,6 @@ class FoldPlan:
     head: int
     end: int
     tail_start: int
-
-    @property
-    def size(self) -> int:
-        return self.end - self.head
 
 
 #: Marks a task statement the head keeps clipped (its full text stays in the transcript).
