@@ -3,7 +3,7 @@
 It composes parts — the canonical transcript, the committer (sidecar state), the strategies
 (:class:`~ctxfold.engine.parts.SessionParts`), the view tracker, the runtime latches — and
 drives :func:`ctxfold.kernel.maintenance.maintain`, the only automatic maintenance, performing
-the effects it yields (:meth:`ContextManager._perform`); everything else only reads, appends,
+the effects it yields (:meth:`ContextManager._effects`); everything else only reads, appends,
 or records statistics.
 """
 
@@ -310,9 +310,8 @@ class ContextManager:
                 held = self._canonical
                 return Stored(held, self.state)
             if isinstance(step, AfterInstall):
-                if self._hooks is not None:
-                    self._hooks.ctxfold_after_install(session_id=self.session_id,
-                                                      receipt=step.receipt)
+                self._hooks.ctxfold_after_install(session_id=self.session_id,
+                                                  receipt=step.receipt)
                 return None
             raise TypeError(f"not a maintenance step: {step!r}")
 
@@ -341,10 +340,9 @@ class ContextManager:
             raise outcome.error
         if trigger != "manual":
             self._committer.count_request()
-        hooks = self._hooks
-        if hooks is not None and prepared.action is not Action.NONE:  # below: no event
-            hooks.ctxfold_after_prepare(session_id=self.session_id, messages=prepared.messages,
-                                        tokens=prepared.tokens)
+        if prepared.action is not Action.NONE:  # below the trigger: no event
+            self._hooks.ctxfold_after_prepare(session_id=self.session_id,
+                                              messages=prepared.messages, tokens=prepared.tokens)
         return prepared
 
     def prepare(self, trigger: Trigger = "pressure", focus: str | None = None) -> PreparedRequest:

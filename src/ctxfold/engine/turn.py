@@ -221,8 +221,6 @@ def learn(step: Learn, learned_window: int | None, estimator: Estimator) -> int 
 def before_request(hooks: Any, session_id: str, provider: Provider, request: ChatRequest
                    ) -> None:
     """Call the ``ctxfold_before_request`` observers with the body about to be sent."""
-    if hooks is None:
-        return
     body = provider.body(request) if isinstance(provider, ShowsBody) else {
         "messages": request.messages}
     hooks.ctxfold_before_request(session_id=session_id, request=body)
