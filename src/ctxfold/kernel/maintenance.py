@@ -526,7 +526,7 @@ class Run:
         ctx = self.ctx
         telemetry = self.state.telemetry
         error = over_cap(telemetry, now=ctx.clock(), limit=ctx.max_summaries_per_hour,
-                                session_id=ctx.session_id)
+                         session_id=ctx.session_id)
         last = telemetry[-1] if telemetry else None
         if error is not None:
             if last is None or (last.kind, last.action) != ("thrash", "cap"):  # once a spell
