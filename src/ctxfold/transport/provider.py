@@ -25,7 +25,6 @@ exception carries the partial message, and nothing half-received is ever retried
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from ctxfold.kernel.kinds import ProviderDefaults, ProviderOptions, StrategyCont
 from ctxfold.kernel.types import ChatRequest, ChatResponse, Message
 from ctxfold.transport.errors import ResponseDropped
 from ctxfold.transport.retry import calculate_retry_timeout
+from ctxfold.transport.settings import serialize_body
 
 if TYPE_CHECKING:  # httpx (≈0.3 s to import) loads only when a provider is built
     from ctxfold.transport.aclient import AsyncHttpClient
@@ -76,11 +76,6 @@ def partial_message_of(exc: BaseException) -> Message | None:
     """The partially received assistant message attached to ``exc``, if any."""
     value = getattr(exc, "partial_message", None)
     return value if isinstance(value, Message) else None
-
-
-def serialize_body(body: Mapping[str, Any]) -> bytes:
-    """The exact bytes sent for ``body`` (compact JSON, UTF-8, key order preserved)."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class HttpProvider:

@@ -130,6 +130,11 @@ def guard_http_logs() -> None:
             logger.addFilter(_FILTER)
 
 
+def serialize_body(body: Mapping[str, Any]) -> bytes:
+    """The exact bytes sent for ``body`` (compact JSON, UTF-8, key order preserved)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 class ClientBase:
     """What the sync and async clients share: settings, URL, key, headers, scrubbing."""
 
@@ -196,11 +201,9 @@ class ClientBase:
 
     @staticmethod
     def encoded(body: Mapping[str, Any] | bytes) -> bytes:
-        """The request's bytes: ``body`` as compact JSON with UTF-8 kept, or as given when
-        it is already encoded."""
-        if isinstance(body, bytes):
-            return body
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        """The request's bytes: ``body`` serialized, or as given when it is already
+        encoded."""
+        return body if isinstance(body, bytes) else serialize_body(body)
 
     def unanswered(self, exc: Exception, url: str, attempt: int,
                    key: str | None) -> ProviderError:
