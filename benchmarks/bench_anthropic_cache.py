@@ -52,8 +52,18 @@ from typing import Any
 from benchmarks._report import REPO, machine_line, write_section
 
 SECTION = "## Anthropic cache breakpoints"
-#: USD per 1M tokens, Claude Sonnet 4.6.
-PRICE = {"input": 3.00, "write_5m": 3.75, "write_1h": 6.00, "read": 0.30, "output": 15.00}
+
+def _price() -> dict[str, float]:
+    """USD per 1M tokens, Claude Sonnet 4.6: the replay's ``anthropic-sonnet`` prices (one
+    source for both halves of the report); a 1-hour cache write is twice the base input."""
+    from ctxfold.replay.pricing import PRICES
+
+    p = PRICES["anthropic-sonnet"]
+    return {"input": p.miss, "write_5m": p.write, "write_1h": 2 * p.miss, "read": p.hit,
+            "output": p.output}
+
+
+PRICE = _price()
 PLACEMENTS = ("ctxfold", "ctxfold 1h", "newest only", "stable only", "none")
 SYSTEM = ("You are a coding agent working in a large Python repository. Read before you edit, "
           "run the tests after every change, keep the public API stable. ") * 60
@@ -192,18 +202,27 @@ def emulate(window: int, placement: str, turns: int, scenario: str = "back to ba
     return totals
 
 
-def replay(sessions: Path, window: int) -> dict[str, dict[str, float]]:
+def load(sessions: Path) -> list[Any]:
+    """The recorded sessions under ``sessions``, imported once for every window."""
+    from ctxfold.importing import expand_paths, import_session
+    from ctxfold.kernel.config import Config
+    from ctxfold.kernel.registry import Registry
+
+    config = Config()
+    registry = Registry.from_config(config)
+    return [import_session(p, registry, None, config=config)
+            for p in expand_paths([sessions], registry)]
+
+
+def replay(loaded: list[Any], window: int) -> dict[str, dict[str, float]]:
     """The replay under ``anthropic-sonnet``: per policy, the share of input read from the
     cache and the cost of uncached input (billed at the write price)."""
-    from ctxfold.importing import expand_paths, import_session
     from ctxfold.kernel.config import Config
     from ctxfold.kernel.registry import Registry
     from ctxfold.replay import ReplaySettings, replay_sessions
 
     config = Config()
     registry = Registry.from_config(config)
-    paths = expand_paths([sessions], registry)
-    loaded = [import_session(p, registry, None, config=config) for p in paths]
     results = replay_sessions(loaded, ReplaySettings(
         window=window, profile="anthropic-sonnet",
         policies=("ctxfold", "codex-like", "opencode-like", "truncate-oldest")),
@@ -274,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"no sessions at {args.sessions}: pass --sessions DIR or --no-replay",
                   file=sys.stderr)
             return 2
-        replayed = {w: replay(args.sessions, w) for w in windows}
+        loaded = load(args.sessions)
+        replayed = {w: replay(loaded, w) for w in windows}
     text = render(emulated, replayed, args.turns, "the team's sample of real agent sessions")
     print(text)
     if not args.no_write:
