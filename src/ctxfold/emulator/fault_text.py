@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from ctxfold.emulator.faults import Fault
+from ctxfold.emulator.faults import REFUSAL_KINDS, Fault
 from ctxfold.emulator.records import Outcome
 from ctxfold.emulator.wire_anthropic import error_body, error_event
 
@@ -26,7 +26,7 @@ def shaped(outcome: Outcome, fault: Fault, key: str, wire: str) -> Outcome:
     """``outcome`` with what its ``fault`` sends on a ``wire`` (``chat``, ``responses`` or
     ``anthropic``)."""
     said = f" (key provided: {key})" if fault.echo_key else ""
-    if fault.kind in ("rate_limit", "overloaded", "server_error") and said:
+    if fault.kind in REFUSAL_KINDS and said:
         body = json.loads(json.dumps(outcome.json_body))
         body["error"]["message"] += said
         return attrs.evolve(outcome, json_body=body)

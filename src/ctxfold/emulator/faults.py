@@ -43,6 +43,8 @@ FaultKind = Literal["rate_limit", "overloaded", "server_error", "drop", "stall",
                     "slow", "error_body"]
 FAULT_KINDS: tuple[str, ...] = ("rate_limit", "overloaded", "server_error", "drop", "stall",
                                 "malformed", "slow", "error_body")
+#: The faults answered with an error status instead of the completion.
+REFUSAL_KINDS: tuple[str, ...] = ("rate_limit", "overloaded", "server_error")
 
 
 @attrs.frozen

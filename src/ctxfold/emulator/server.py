@@ -25,7 +25,7 @@ import attrs
 from ctxfold.emulator import wire_anthropic, wire_chat, wire_responses
 from ctxfold.emulator.cache import PrefixCache
 from ctxfold.emulator.fault_text import bearer, shaped
-from ctxfold.emulator.faults import Fault, FaultPlan
+from ctxfold.emulator.faults import REFUSAL_KINDS, Fault, FaultPlan
 from ctxfold.emulator.handler import Handler
 from ctxfold.emulator.profiles import Profile, get_profile
 from ctxfold.emulator.records import Outcome, RequestRecord
@@ -169,8 +169,13 @@ class Emulator:
             outcome = self._answer(index, path, raw, fault, headers or {})
             if fault is not None:
                 outcome = shaped(outcome, fault, bearer(headers or {}), self.profile.wire)
-        if self.profile.wire == "anthropic":
-            outcome = attrs.evolve(outcome, headers={"request-id": _request_id(index),
+        if self.profile.wire == "anthropic":  # the request's id: a header, and in errors
+            request_id = _request_id(index)
+            error = outcome.json_body
+            if (outcome.status >= 400 and isinstance(error, dict)
+                    and error.get("type") == "error"):
+                outcome = attrs.evolve(outcome, json_body={**error, "request_id": request_id})
+            outcome = attrs.evolve(outcome, headers={"request-id": request_id,
                                                      **outcome.headers})
         if outcome.record is not None:
             with self._lock:
@@ -192,8 +197,7 @@ class Emulator:
 
     def _unauthorized(self, index: int, path: str) -> Outcome:
         if self.profile.wire == "anthropic":
-            return Outcome(401, wire_anthropic.error_body(
-                401, "invalid x-api-key (emulated)", request_id=_request_id(index)),
+            return Outcome(401, wire_anthropic.error_body(401, "invalid x-api-key (emulated)"),
                 record=RequestRecord(index=index, path=path, body={}, status=401))
         err = wire_chat.error_body(self.profile, 401, "Authentication Fails: no API key or a "
                                    "wrong one (emulated)", err_type="authentication_error",
@@ -258,7 +262,7 @@ class Emulator:
                                        f"emulator; use {' or '.join(paths)}",
                                        err_type="invalid_request_error")
             return Outcome(404, err, record=self._record(index, path, body, 404, fault))
-        if fault is not None and fault.kind in ("rate_limit", "overloaded", "server_error"):
+        if fault is not None and fault.kind in REFUSAL_KINDS:
             return self._refusal(index, path, body, fault)
         try:
             return self._complete(index, path, body, fault)
@@ -281,8 +285,7 @@ class Emulator:
         else:
             status, err_type = 503, "server_error"
             text = "Server Overloaded: please retry after a brief wait (emulated)"
-        err = (wire_anthropic.error_body(status, text, err_type=err_type,
-                                         request_id=_request_id(index)) if anthropic
+        err = (wire_anthropic.error_body(status, text, err_type=err_type) if anthropic
                else wire_chat.error_body(self.profile, status, text, err_type=err_type))
         return Outcome(status, err, headers=headers, fault=fault,
                        record=self._record(index, path, body, status, fault))
@@ -353,10 +356,9 @@ class Emulator:
         The ``anthropic-version`` header is required, as by the API
         (https://platform.claude.com/docs/en/api/versioning)."""
         profile = self.profile
-        request_id = _request_id(index)
 
         def refused(status: int, body: Mapping[str, Any], message: str) -> Outcome:
-            err = wire_anthropic.error_body(status, message, request_id=request_id)
+            err = wire_anthropic.error_body(status, message)
             return Outcome(status, err, record=self._record(index, path, body, status, fault))
 
         try:
@@ -371,12 +373,12 @@ class Emulator:
         if not counting and path not in wire_anthropic.MESSAGES_PATHS:
             return refused(404, body, f"no route {path!r} on the anthropic emulator; use "
                                       "/v1/messages or /v1/messages/count_tokens")
-        if fault is not None and fault.kind in ("rate_limit", "overloaded", "server_error"):
+        if fault is not None and fault.kind in REFUSAL_KINDS:
             return self._refusal(index, path, body, fault)
         try:
             parsed = wire_anthropic.parse_messages(profile, body, count_only=counting)
         except WireError as exc:
-            return Outcome(exc.status, {**exc.body, "request_id": request_id},
+            return Outcome(exc.status, dict(exc.body),
                            record=self._record(index, path, body, exc.status, fault))
         input_ids: list[int] = []
         ends: list[int] = []
@@ -390,7 +392,7 @@ class Emulator:
                                                prompt_tokens=prompt))
         overflow = wire_anthropic.overflow_error(profile, prompt, parsed.max_tokens)
         if overflow is not None:
-            return Outcome(400, {**overflow.body, "request_id": request_id},
+            return Outcome(400, dict(overflow.body),
                            record=self._record(index, path, body, 400, fault,
                                                prompt_tokens=prompt))
         if fault is not None and fault.kind == "stall":

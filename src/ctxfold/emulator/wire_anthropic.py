@@ -64,14 +64,11 @@ _ANTHROPIC_STOPS = ("end_turn", "max_tokens", "stop_sequence", "tool_use", "paus
                     "refusal", "model_context_window_exceeded")
 
 
-def error_body(status: int, message: str, *, request_id: str | None = None,
-               err_type: str | None = None) -> dict[str, Any]:
-    """Anthropic's error body for ``status``."""
-    body: dict[str, Any] = {"type": "error", "error": {
+def error_body(status: int, message: str, *, err_type: str | None = None) -> dict[str, Any]:
+    """Anthropic's error body for ``status`` (the server adds the request's ``request_id``
+    to every error it answers)."""
+    return {"type": "error", "error": {
         "type": err_type or ERROR_TYPES.get(status, "api_error"), "message": message}}
-    if request_id is not None:
-        body["request_id"] = request_id
-    return body
 
 
 def _bad(message: str) -> WireError:
