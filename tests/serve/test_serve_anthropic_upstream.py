@@ -208,6 +208,17 @@ def test_a_client_without_max_tokens_gets_what_the_model_accepts(serve, model: s
     assert json.loads(served.bodies[-1])["max_tokens"] == most
 
 
+def test_the_room_left_never_passes_what_the_model_accepts(serve) -> None:
+    """A window that leaves more room than Opus 4.1 accepts (32K) but less than the ladder
+    (64K): the prepared budget is within the model's largest output too, as ``complete()``
+    sends it (review of issue 26: the proxy sent the room, which the API refuses)."""
+    served = serve("anthropic", script=[ReplySpec(text="fine")], window=60_000)
+    client = OpenAI(base_url=served.base, api_key="sk-unused", max_retries=0, timeout=30)
+    client.chat.completions.create(model="claude-opus-4-1", reasoning_effort="high",
+                                   messages=[{"role": "user", "content": "hi"}])
+    assert json.loads(served.bodies[-1])["max_tokens"] == 32_000
+
+
 def test_anthropic_errors_reach_either_kind_of_client_in_its_shape(serve) -> None:
     served = serve("anthropic", script=[ReplySpec(text="ok")] * 4,
                    faults=[Fault("overloaded", at=0), Fault("overloaded", at=1)])

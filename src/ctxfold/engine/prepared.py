@@ -130,22 +130,24 @@ def wire_fields(config: Config, window: int, tokens: int, defaults: ProviderDefa
     the output budget of a request of ``tokens`` in ``window``, in the provider's field."""
     margin = math.ceil(tokens * ESTIMATE_MARGIN)
     room = max(1, window - tokens - PROTOCOL_RESERVE - margin)
-    budget = wire_budget(config.agent.max_output_tokens, config.agent.effort, room, defaults)
+    budget = wire_budget(config.agent.max_output_tokens, config.agent.effort, room, defaults,
+                         model=config.provider.model)
     return {"offers_capability": offers, "max_output_tokens": budget,
             "output_field": defaults.output_field}
 
 
-def wire_budget(max_output_tokens: int, effort: str, room: int,
-                defaults: ProviderDefaults) -> int | None:
+def wire_budget(max_output_tokens: int, effort: str, room: int, defaults: ProviderDefaults,
+                *, model: str = "") -> int | None:
     """The output budget the wire forms carry for a request that leaves ``room`` tokens of
     the window after its prompt: ``[agent] max_output_tokens`` when set (clipped to the
     room); else the room when it is smaller than what the provider reserves for output by
-    default (its declared ``output_budget(effort)``: DeepSeek's 64K in thinking mode), so that
+    default (its declared budget for the effort within what ``model`` accepts:
+    :meth:`ProviderDefaults.auto_budget`; DeepSeek's 64K in thinking mode), so that
     reservation cannot overflow a small window — the rule ``complete()`` applies; else
     ``None``, the provider's own default."""
     if max_output_tokens > 0:
         return min(max_output_tokens, room) if room > 0 else max_output_tokens
-    auto = defaults.output_budget(effort)
+    auto = defaults.auto_budget(effort, model)
     return room if 0 < room < auto else None
 
 

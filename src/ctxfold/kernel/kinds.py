@@ -48,8 +48,10 @@ class ProviderDefaults:
     """What a provider declares for settings ``[provider]`` leaves unset.
 
     ``output_budget(effort)`` is the output the provider uses when ``max_output_tokens`` is
-    0; with ``omit_output_field`` the request omits the field unless the window leaves less
-    room than that budget (DeepSeek), otherwise the budget is always sent (a ladder).
+    0, within ``max_output(model)`` (the largest output a model accepts; ``None``: no
+    per-model limit) — :meth:`auto_budget` applies both; with ``omit_output_field`` the
+    request omits the field unless the window leaves less room than that budget (DeepSeek),
+    otherwise the budget is always sent (a ladder).
     ``output_field``: the chat field of the output budget. ``estimator``: what an empty
     ``[estimator] name`` selects (when registered).
     ``parse_overflow(status, body)`` recognises a context-overflow error body (``None``: the
@@ -66,6 +68,7 @@ class ProviderDefaults:
     base_url: str = ""
     api_key_env: str = ""
     output_budget: OutputBudget = _no_budget
+    max_output: Callable[[str], int] | None = None
     omit_output_field: bool = False
     output_field: str = "max_completion_tokens"
     estimator: str = ""
@@ -75,6 +78,14 @@ class ProviderDefaults:
     key_header: str = "Authorization"
     key_prefix: str = "Bearer "
     loopback: bool = False
+
+    def auto_budget(self, effort: str, model: str = "") -> int:
+        """The output used for ``effort`` when none is asked for, within what ``model``
+        (default: the declared one) accepts."""
+        budget = self.output_budget(effort)
+        if self.max_output is None:
+            return budget
+        return min(budget, self.max_output(model or self.model))
 
 
 class Strategies(Protocol):

@@ -308,8 +308,9 @@ class Upstream:
         rest = self._fields(request, prepared, cache_key, offer)
         rest.pop("cache_control", None)
         body: dict[str, Any] = {"model": rest.pop("model")}
-        body["max_tokens"] = rest.pop("max_tokens", None) or prepared.max_output_tokens \
-            or output_ladder(self.effort, str(body["model"]))
+        most = output_ladder(self.effort, str(body["model"]))  # what this model accepts
+        room = prepared.max_output_tokens  # sized for the window, not for the client's model
+        body["max_tokens"] = rest.pop("max_tokens", None) or (min(room, most) if room else most)
         if wire.system:
             body["system"] = wire.system
         body["messages"] = wire.messages

@@ -53,11 +53,13 @@ def ladder_budget(effort: str) -> int:
     return OUTPUT_LADDER["reasoning"]
 
 
-def output_budget(request: ChatRequest, defaults: ProviderDefaults) -> int | None:
+def output_budget(request: ChatRequest, defaults: ProviderDefaults,
+                  model: str = "") -> int | None:
     """The output budget to send for ``request`` under the provider's declared rule, or
     ``None`` to omit the field.
 
-    An explicit ``max_output_tokens`` wins; else the provider's ``output_budget(effort)``.
+    An explicit ``max_output_tokens`` wins; else the provider's budget for the effort within
+    what ``model`` (default: the request's) accepts (:meth:`ProviderDefaults.auto_budget`).
     Either is clipped to the window's ``output_room`` when known. A provider that declares
     ``omit_output_field`` (DeepSeek) sends nothing unless the room is tighter than its own
     default, and then sends the room.
@@ -66,7 +68,7 @@ def output_budget(request: ChatRequest, defaults: ProviderDefaults) -> int | Non
     if request.max_output_tokens > 0:
         cap = request.max_output_tokens
         return min(cap, room) if room > 0 else cap
-    auto = defaults.output_budget(request.effort)
+    auto = defaults.auto_budget(request.effort, model or request.model)
     if defaults.omit_output_field:
         return room if 0 < room < auto else None
     return min(auto, room) if room > 0 else auto

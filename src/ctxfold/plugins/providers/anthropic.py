@@ -93,10 +93,16 @@ def max_output(model: str) -> int:
     return MAX_OUTPUT
 
 
+def declared_ladder(effort: str) -> int:
+    """The output ladder (16K / 32K / 64K by effort) within the largest output any current
+    model accepts (:data:`MAX_OUTPUT`)."""
+    return min(ladder_budget(effort), MAX_OUTPUT)
+
+
 def output_ladder(effort: str, model: str = "") -> int:
     """The output ladder (16K / 32K / 64K by effort) within what ``model`` accepts
-    (:func:`max_output`; no model: :data:`MAX_OUTPUT`)."""
-    return min(ladder_budget(effort), max_output(model))
+    (:func:`max_output`; no model: the declared one)."""
+    return DEFAULTS.auto_budget(effort, model)
 
 
 #: What Anthropic declares: Claude Sonnet 4.6 with its 200K window, the cache's default 5
@@ -108,7 +114,8 @@ DEFAULTS = ProviderDefaults(
     cache_ttl_minutes=5,
     base_url="https://api.anthropic.com",
     api_key_env="ANTHROPIC_API_KEY",
-    output_budget=output_ladder,
+    output_budget=declared_ladder,
+    max_output=max_output,
     output_field="max_tokens",
     request_id_headers=("request-id", "x-request-id"),
     headers={"anthropic-version": "2023-06-01"},
@@ -233,10 +240,8 @@ class AnthropicTranslator:
         if wire.system:
             body["system"] = wire.system
         body["messages"] = wire.messages
-        budget = output_budget(request, DEFAULTS)
+        budget = output_budget(request, DEFAULTS, model)
         assert budget is not None  # DEFAULTS never omits max_tokens: the API requires it
-        if request.max_output_tokens <= 0:  # the declared ladder; this model may take less
-            budget = min(budget, max_output(model))
         body["max_tokens"] = budget
         body.update(thinking_fields(model, request.effort, body["max_tokens"]))
         body["stream"] = request.stream
