@@ -450,6 +450,17 @@ def test_tools_take_the_first_breakpoint_when_there_is_no_system() -> None:
     assert marks(placed)[0] == ("tools[0]", "1h")
 
 
+def test_a_checkpoint_that_is_the_newest_message_gets_no_bridge_before_it() -> None:
+    """The example hypothesis once found: with the checkpoint's summary the newest message,
+    the long-turn bridge was measured from the start and put a 5-minute mark before the
+    1-hour one, which the API refuses."""
+    body = body_of(6, big=1269)
+    placed = place_breakpoints(body, ttl="1h", min_tokens=1024, count=size,
+                               checkpoint=len(body["messages"]) - 1)
+    ttls = [t for _, t in marks(placed)]
+    assert ttls == sorted(ttls, key=lambda t: t != "1h") and "1h" in ttls
+
+
 @settings(max_examples=100, deadline=None)
 @given(n=st.integers(0, 6), big=st.integers(0, 9000), minimum=st.sampled_from([1024, 4096]),
        checkpoint=st.one_of(st.none(), st.integers(-1, 12)), ttl=st.sampled_from(["5m", "1h"]))

@@ -552,7 +552,7 @@ def _bridge(messages: Sequence[dict[str, Any]], checkpoint: int | None,
     message, the earliest message within that reach of the newest. Its entry is what the
     next turn's newest breakpoint finds, and it finds the previous turn's entry itself, so
     a turn that added up to about twice the reach (many parallel tool calls) still reads."""
-    start = checkpoint if checkpoint is not None and 0 <= checkpoint < newest else -1
+    start = checkpoint if checkpoint is not None and 0 <= checkpoint <= newest else -1
     blocks = [len(m["content"]) if isinstance(m.get("content"), list) else 1
               for m in messages]
     if sum(blocks[start + 1:newest + 1]) <= LOOKBACK_BLOCKS:
