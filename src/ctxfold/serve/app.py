@@ -203,7 +203,7 @@ def create_app(proxy: Proxy, guard: GuardSettings | None = None) -> Starlette:
         if not proxy.check_key(request.headers):
             return _denied("messages")
         try:
-            client = parse_request("messages", await _body(request))
+            client = parse_request("messages", await _body(request), proxy.recent)
             return JSONResponse({"input_tokens": await asyncio.to_thread(
                 proxy.count_tokens, request.headers, client)})
         except CtxfoldError as exc:

@@ -197,7 +197,7 @@ class Router:
         covers a prefix of it, and the open session it continues, if any (whose estimator
         counts it)."""
         history = request.history
-        chain = chain_of([key_digest(m) for m in history])
+        chain = list(request.chain) or chain_of([key_digest(m) for m in history])
         hit = self.checkpoints.longest(chain, len(chain))
         view = [*hit[2].messages, *history[hit[0]:]] if hit is not None else list(history)
         family = self.families.get(family_id)

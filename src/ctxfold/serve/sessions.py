@@ -122,15 +122,15 @@ def _content_key(message: Message) -> Key:
         except ValueError:
             others.append(raw)
             continue
-        if part.get("type") in TEXT_PART_TYPES and isinstance(part.get("text"), str):
+        if not isinstance(part, dict):
+            others.append(json.dumps(part, sort_keys=True))
+        elif part.get("type") in TEXT_PART_TYPES and isinstance(part.get("text"), str):
             texts.append(part["text"])
-        elif isinstance(part, dict):
+        else:
             # An Anthropic client moves its cache_control marks from block to block between
             # turns (Claude Code marks the newest messages): a mark is not content.
             others.append(json.dumps({k: v for k, v in part.items() if k != "cache_control"},
                                      sort_keys=True))
-        else:
-            others.append(json.dumps(part, sort_keys=True))
     return ("\n".join(texts).strip(), *others)
 
 

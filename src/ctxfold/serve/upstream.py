@@ -272,7 +272,7 @@ class Upstream:
         two checkpoints the view is the same messages plus new ones, so a turn encodes only
         its new messages (and the rest of the body)."""
         if self.wire == "messages":  # consecutive messages merge: encoded whole
-            return _dumps(self._anthropic(request, prepared, cache_key, offer)).encode()
+            return serialize_body(self._anthropic(request, prepared, cache_key, offer))
         rest = self._fields(request, prepared, cache_key, offer)
         try:
             history = ",".join(f for f in map(self._fragment, prepared.messages) if f)
