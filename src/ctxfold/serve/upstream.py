@@ -82,10 +82,6 @@ def http_provider_of(provider: Provider) -> HttpProvider:
 
 
 def _tool_choice(value: Any, target: Wire) -> Any:
-    if isinstance(value, Mapping) and value.get("type") in ("auto", "any", "tool", "none"):
-        value = _openai_choice(value)  # an Anthropic client's
-    if target == "messages":
-        return _anthropic_choice(value)
     if not isinstance(value, Mapping) or value.get("type") != "function":
         return value
     name = value.get("name") or (value.get("function") or {}).get("name")
@@ -126,7 +122,8 @@ def _from_anthropic_fields(fields: Mapping[str, Any], target: Wire,
         elif key == "stop_sequences" and target == "chat" and value:
             out["stop"] = value
         elif key == "tool_choice" and isinstance(value, Mapping):
-            out[key] = _tool_choice(value, target)
+            known = value.get("type") in ("auto", "any", "tool", "none")  # Anthropic's kinds
+            out[key] = _tool_choice(_openai_choice(value) if known else value, target)
             if value.get("disable_parallel_tool_use"):
                 out["parallel_tool_calls"] = False
         elif key == "output_config" and isinstance(value, Mapping) and value.get("effort"):
@@ -157,7 +154,7 @@ def _to_anthropic_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "user" and isinstance(value, str):
             out["metadata"] = {"user_id": value}
         elif key == "tool_choice":
-            out[key] = _tool_choice(value, "messages")
+            out[key] = _anthropic_choice(value)
         elif key == "reasoning_effort" or (key == "reasoning" and isinstance(value, Mapping)
                                            and value.get("effort")):
             effort = value if key == "reasoning_effort" else value["effort"]
@@ -274,10 +271,13 @@ class Upstream:
         if self.wire == "messages":  # consecutive messages merge: encoded whole
             return serialize_body(self._anthropic(request, prepared, cache_key, offer))
         rest = self._fields(request, prepared, cache_key, offer)
-        try:
-            history = ",".join(f for f in map(self._fragment, prepared.messages) if f)
-        except MessageError as exc:
-            raise _located(exc, request, prepared, self._fragment) from None
+        fragments = []
+        for at, message in enumerate(prepared.messages):
+            try:
+                fragments.append(self._fragment(message))
+            except MessageError as exc:
+                raise _located(exc, request, prepared, at) from None
+        history = ",".join(f for f in fragments if f)
         head = (f'{{"model":{_dumps(rest.pop("model"))},'
                 f'"{HISTORY_FIELD[self.wire]}":[{history}]')
         tail = _dumps(rest)
@@ -409,24 +409,13 @@ class Upstream:
             self._client = None
 
 
-def _converts(convert: Callable[[Message], str], message: Message) -> bool:
-    try:
-        convert(message)
-    except MessageError:
-        return False
-    return True
-
-
 def _located(exc: MessageError, request: ClientRequest, prepared: PreparedRequest,
-             convert: Callable[[Message], str]) -> MessageError:
+             at: int) -> MessageError:
     """``exc`` (a message of the view that has no form on the upstream's wire, converted
     alone and so named ``messages[0]``) naming the client's own message instead: the one it
     was read from, when the view's message is one of the client's history; else its place
     in the view sent upstream."""
     text = str(exc)
-    at = next((i for i, m in enumerate(prepared.messages) if not _converts(convert, m)), None)
-    if at is None:  # pragma: no cover - the view converts once more as it did
-        return exc
     message = prepared.messages[at]
     field = HISTORY_FIELD[request.wire]
     # The view's copy of a client message was stored: its time stamp and id are the store's.
