@@ -38,6 +38,7 @@ from ctxfold.serve.errors import (
     error_envelope,
     error_headers,
     in_wire,
+    path_wire,
 )
 from ctxfold.serve.exchange import Exchange
 from ctxfold.serve.guard import DECODED, Guard, GuardSettings, loads
@@ -177,8 +178,7 @@ async def _unserved(request: Request, exc: Exception) -> Response:
     an unknown URL with ``invalid_request_error``) — not Starlette's plain text, which an
     SDK cannot read."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
-    wire = "messages" if request.url.path.removeprefix("/v1").startswith("/messages") \
-        else "chat"
+    wire = path_wire(request.url.path)
     said = "method not allowed" if status == 405 else "no such route"
     payload = error_envelope(f"{said}: {request.method} {request.url.path} (ctxfold serve "
                              "answers POST /v1/chat/completions, /v1/responses, /v1/messages "

@@ -177,6 +177,12 @@ def _is_anthropic(payload: Any) -> bool:
         and isinstance(payload.get("error"), dict)
 
 
+def path_wire(path: str) -> str:
+    """The wire whose error shape a request ``path`` gets: ``messages`` under
+    ``/v1/messages`` (an Anthropic client), ``chat`` elsewhere (OpenAI's envelope)."""
+    return "messages" if path.removeprefix("/v1").startswith("/messages") else "chat"
+
+
 def in_wire(status: int, payload: dict[str, Any], wire: str) -> dict[str, Any]:
     """An error body (:func:`error_answer`'s) in the shape of the client's ``wire``: on
     ``messages`` an Anthropic error body as it is, anything else as one whose ``type``

@@ -36,7 +36,7 @@ try:  # the serve extra brings it; without it, json alone
 except ImportError:  # pragma: no cover - the serve extra installs it
     orjson = None  # type: ignore[assignment]
 
-from ctxfold.serve.errors import error_envelope, in_wire
+from ctxfold.serve.errors import error_envelope, in_wire, path_wire
 
 #: Allow-list entry that turns a check off (``--allow-host '*'``, ``--allow-origin '*'``).
 ANY = "*"
@@ -117,9 +117,22 @@ def exposure_error(*, bound: str, provider_key: bool, proxy_key: bool,
             "'Authorization: Bearer <proxy key>'), or serve on 127.0.0.1 with the checks on")
 
 
-def _refusal(status: int, code: str, message: str) -> JSONResponse:
+@attrs.frozen
+class Refusal:
+    """A request the guard refuses: its status and OpenAI error envelope (answered in the
+    shape of the client the path belongs to: :func:`~ctxfold.serve.errors.path_wire`)."""
+
+    status: int
+    payload: dict[str, Any]
+
+    def response(self, path: str) -> JSONResponse:
+        return JSONResponse(in_wire(self.status, self.payload, path_wire(path)),
+                            status_code=self.status)
+
+
+def _refusal(status: int, code: str, message: str) -> Refusal:
     kind = {408: "timeout", 413: "invalid_request_error"}.get(status, "invalid_request_error")
-    return JSONResponse(error_envelope(message, kind=kind, code=code), status_code=status)
+    return Refusal(status, error_envelope(message, kind=kind, code=code))
 
 
 def depth_exceeds(value: Any, limit: int) -> bool:
@@ -189,7 +202,7 @@ class Guard:
         return not self.settings.origin_check or origin.lower().rstrip("/") in (
             allowed.lower().rstrip("/") for allowed in self.settings.allowed_origins)
 
-    def _check(self, scope: Scope, headers: Headers) -> JSONResponse | None:
+    def _check(self, scope: Scope, headers: Headers) -> Refusal | None:
         host = headers.get("host")
         if not self._host_allowed(host):
             return _refusal(403, "host_not_allowed", (
@@ -213,14 +226,14 @@ class Guard:
                 return self._too_large(int(length))
         return None
 
-    def _too_large(self, size: int | None) -> JSONResponse:
+    def _too_large(self, size: int | None) -> Refusal:
         """413 for a body of ``size`` bytes (``None``: more than the limit, not all read)."""
         said = "larger than that" if size is None else f"{size} bytes"
         return _refusal(413, "request_too_large", (
             f"this ctxfold serve accepts request bodies of at most {self.settings.max_body} "
             f"bytes (--max-body-mib) and this one is {said}"))
 
-    async def _read(self, receive: Receive) -> bytes | JSONResponse | None:
+    async def _read(self, receive: Receive) -> bytes | Refusal | None:
         """The whole body, a refusal, or ``None`` when the client went away."""
         chunks: list[bytes] = []
         size = 0
@@ -251,7 +264,7 @@ class Guard:
             read = await self._read(receive)
             if read is None:
                 return
-            if isinstance(read, JSONResponse):
+            if isinstance(read, Refusal):
                 refusal = read
             else:
                 deep, value = await asyncio.to_thread(_decoded, read, self.settings.max_depth) \
@@ -265,11 +278,7 @@ class Guard:
                 else:
                     receive = _replay(read, receive)
         if refusal is not None:
-            if "/messages" in scope.get("path", ""):  # an Anthropic client reads its shape
-                refusal = JSONResponse(in_wire(refusal.status_code,
-                                               json.loads(bytes(refusal.body)),
-                                               "messages"), status_code=refusal.status_code)
-            await refusal(scope, receive, send)
+            await refusal.response(scope.get("path", ""))(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
