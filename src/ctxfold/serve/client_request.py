@@ -198,7 +198,7 @@ def parse_request(wire: Wire, body: Any,
     raw_tools = body.get("tools") or []
     if not isinstance(raw_tools, list):
         raise ServeError("'tools' must be a list of tools", param="tools")
-    tools, others = _anthropic_tools(raw_tools) if wire == "messages" else _tools(raw_tools)
+    tools, others = _tools(raw_tools, wire)
     if any(t.name == USE_CAPABILITY_TOOL.name for t in tools):
         raise ServeError(f"the tool name {USE_CAPABILITY_TOOL.name!r} is reserved: ctxfold "
                          "serve offers and answers that tool itself; rename the client's tool",
@@ -231,45 +231,31 @@ def _origins(ends: tuple[int, ...], wire: Wire) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _tools(raw: list[Any]) -> tuple[tuple[ToolSchema, ...], tuple[Mapping[str, Any], ...]]:
+def _tools(raw: list[Any], wire: Wire
+           ) -> tuple[tuple[ToolSchema, ...], tuple[Mapping[str, Any], ...]]:
     """The client's function tools as schemas, and its tools of other types (``custom``,
     ``web_search``, ``namespace``, …) as sent: the proxy passes those through without
-    understanding them."""
+    understanding them. On Anthropic's wire the client tools (``name``, ``description``,
+    ``input_schema``; no ``type`` or ``custom``) are the functions, the server tools
+    (``web_search_…``, ``bash_…``, …) the others
+    (https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/overview)."""
+    anthropic = wire == "messages"
+    function_types = (None, "custom") if anthropic else ("function",)
     functions, others = [], []
     for i, tool in enumerate(raw):
+        where = f"tools[{i}]"
         if not isinstance(tool, Mapping):
-            raise ServeError(f"tools[{i}]: a tool must be an object", param="tools")
-        if tool.get("type", "function") != "function":
+            raise ServeError(f"{where}: a tool must be an object", param="tools")
+        if tool.get("type", None if anthropic else "function") not in function_types:
             if not isinstance(tool.get("type"), str):
-                raise ServeError(f"tools[{i}].type: must be a string", param="tools")
+                raise ServeError(f"{where}.type: must be a string", param="tools")
             others.append(tool)
             continue
         try:
-            functions.append(to_tools([tool], where=f"tools[{i}]")[0])
+            functions.append(tool_from_anthropic(tool, where=where) if anthropic
+                             else to_tools([tool], where=where)[0])
         except MessageError as exc:
             raise ServeError(str(exc), param="tools") from None
-    return tuple(functions), tuple(others)
-
-
-def _anthropic_tools(raw: list[Any]) -> tuple[tuple[ToolSchema, ...],
-                                                tuple[Mapping[str, Any], ...]]:
-    """Anthropic tools: the client tools (``name``, ``description``, ``input_schema``; no
-    ``type`` or ``custom``) as schemas, the server tools (``web_search_…``, ``bash_…``, …)
-    apart (https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/overview)."""
-    functions: list[ToolSchema] = []
-    others: list[Mapping[str, Any]] = []
-    for i, tool in enumerate(raw):
-        if not isinstance(tool, Mapping):
-            raise ServeError(f"tools[{i}]: must be an object", param="tools")
-        if tool.get("type") not in (None, "custom"):
-            if not isinstance(tool.get("type"), str):
-                raise ServeError(f"tools[{i}].type: must be a string", param="tools")
-            others.append(tool)
-            continue
-        try:
-            functions.append(tool_from_anthropic(tool))
-        except MessageError as exc:
-            raise ServeError(f"tools[{i}]: {exc}", param="tools") from None
     return tuple(functions), tuple(others)
 
 
